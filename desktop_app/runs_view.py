@@ -22,7 +22,8 @@ from typing import Any, Protocol, TypeVar
 
 from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointDecodeError, moved_to
 from desktop_app.flow.owners import holding, lease_abandoned
-from desktop_app.textsafe import quoted
+from desktop_app.process_state import STOPPED, stopped_pid
+from desktop_app.textsafe import quoted, visible_controls
 from desktop_app.words import plural
 
 #: agent statuses in the flow vocabulary (a status not listed is shown as it is)
@@ -284,8 +285,6 @@ def agent_executor_text(agents: AgentCallsLog, run_id: str, now: float) -> str |
         CheckpointNotFoundError: no such run.
     """
     from desktop_app.agent.tools import is_tool_call
-    from desktop_app.flow.owners import holding
-    from desktop_app.textsafe import visible_controls
 
     run = agents.get(run_id)
     if holding(run.lease_owner, run.lease_expires_at, now) != "held":
@@ -317,10 +316,6 @@ def flow_executor_text(store: Any, run_id: str, now: float) -> str | None:
         run_id: the flow run's full id.
         now: UTC epoch seconds by the store's clock (leases are judged by it).
     """
-    from desktop_app.flow.owners import holding
-    from desktop_app.process_state import STOPPED, stopped_pid
-    from desktop_app.textsafe import visible_controls
-
     run = store.get_run(run_id)
     owner = run.lease_owner
     if owner is None or holding(owner, run.lease_expires_at, now) != "held":
@@ -339,6 +334,25 @@ def flow_executor_text(store: Any, run_id: str, now: float) -> str | None:
     if (pid := stopped_pid(owner)) is not None:
         said += f"; that process is {STOPPED.format(pid=pid)}, and does so once it goes on"
     return said
+
+
+def stopped_holder(run: Leased) -> int | None:
+    """The pid of ``run``'s lease holder when the run is ``running`` or
+    ``pending`` and that holder is a process of this host that is stopped
+    (SIGSTOP or Ctrl-Z): it holds the run and runs nothing until it is
+    continued, so ``running`` alone would say the run moves on. ``None``
+    otherwise (no holder, a running one, another host's, or no ``/proc``
+    to tell). Never raises; it reads no database."""
+    owner = run.lease_owner
+    if run.status not in ("running", "pending") or owner is None:
+        return None
+    return stopped_pid(owner)
+
+
+def stopped_holder_words(pid: int) -> str:
+    """What a run says of its stopped lease holder ``pid``
+    (:func:`stopped_holder`), with the command that lets it go on."""
+    return f"its process {pid} runs nothing now: it is {STOPPED.format(pid=pid)}"
 
 
 def agent_status_words(status: str) -> str:

@@ -65,6 +65,8 @@ from desktop_app.runs_view import (
     processes_text,
     queued_text,
     sending_split,
+    stopped_holder,
+    stopped_holder_words,
     unsettled_text,
 )
 from desktop_app.store.records import RUN_STATUSES, RunStatus
@@ -532,12 +534,16 @@ def cmd_show(ctx: Ctx) -> int:
     # db copy moved it: where, and the command that shows it there; none on this database
     moved = moved_json(ctx.hints, run.run_id, run.lease_owner) if status == MOVED else None
     stuck = None if moved is not None else stuck_on_version(sv, run)
+    # its lease holder is a stopped process of this host (Ctrl-Z): nothing moves
+    held_still = stopped_holder(run) if status in ("running", "pending") else None
     if ctx.args.output != "text":
         emit_one(
             ctx.args.output,
             {
                 **flow_row(run, now, undelivered, sending, being_made),
                 "flow_version": run.flow_version,
+                # the pid of its lease holder when that is a stopped process here, or null
+                "holder_stopped": held_still,
                 # withdrawn mid-send, never looked up: made or not, no one knows
                 "unknown_outcome": [_intent_json(i) for i in unknown],
                 "moved": moved,
@@ -608,6 +614,8 @@ def cmd_show(ctx: Ctx) -> int:
         )
     elif status == "waiting" and (why := unregistered(sv, run) or state_misfit(sv, run, cp)):
         print(f"waiting: {why}; then the commands below move it on")
+    elif held_still is not None:
+        print(f"{status}: {stopped_holder_words(held_still)}")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if status == "failed":  # what start, resume and answer print for it too

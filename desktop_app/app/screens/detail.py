@@ -68,7 +68,14 @@ from desktop_app.cli.output import Hints, moved_line
 from desktop_app.errors import FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
-from desktop_app.runs_view import INTERRUPTED, MOVED, display_status, row_actions
+from desktop_app.runs_view import (
+    INTERRUPTED,
+    MOVED,
+    display_status,
+    row_actions,
+    stopped_holder,
+    stopped_holder_words,
+)
 from desktop_app.store.protocol import Checkpoint, CheckpointInfo, RunRecord, checkpoint_id
 from desktop_app.words import duration, plural
 
@@ -120,6 +127,8 @@ def header_text(
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:
         text.append(f" — {interrupted_hint(run, engine)}")
+    elif status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
+        text.append(f" — {stopped_holder_words(pid)}", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
     if status == MOVED and moved is not None:
         text.append(f" — {moved}")

@@ -10,7 +10,13 @@ from desktop_app.app.host import host
 from desktop_app.app.progress import Pace
 from desktop_app.cli.output import Hints, moved_line
 from desktop_app.flow.engine import Engine
-from desktop_app.runs_view import INTERRUPTED, MOVED, display_status
+from desktop_app.runs_view import (
+    INTERRUPTED,
+    MOVED,
+    display_status,
+    stopped_holder,
+    stopped_holder_words,
+)
 from desktop_app.store.protocol import Checkpoint, RunRecord
 from desktop_app.words import duration
 
@@ -49,6 +55,8 @@ def summary_text(
     text.append("\nStatus   ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     text.append(f" — {interrupted_hint(run, engine)}\n" if status == INTERRUPTED else "\n")
+    if status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
+        text.append(f"         {stopped_holder_words(pid)}\n", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
     if status == MOVED and moved is not None:
         text.append(f"         {moved}\n")
