@@ -511,6 +511,32 @@ TESTS_FOR["desktop_app/flow/answers.py"].append("tests/test_mutation_kills_answe
 TESTS_FOR["desktop_app/flow/composite.py"].append("tests/test_mutation_kills_answers.py")
 TESTS_FOR["desktop_app/flow/waiting.py"].append("tests/test_mutation_kills_waiting.py")
 TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay.py")
+# the checks of the 2026-12-07 session: a deleted checkpoint row is damage
+# (rows.chain_gap, the SQLite store's _load), a state changed in place or a
+# field the model lacks is refused (state.py, the driver's take_output,
+# replay_seed), an outbox intent's last error is kept (failed_intents)
+for _module, _tests in (
+    ("desktop_app/store/rows.py", ["tests/test_deleted_checkpoint.py"]),
+    (
+        "desktop_app/store/sqlite/store.py",
+        ["tests/test_deleted_checkpoint.py", "tests/test_show_intent_error.py"],
+    ),
+    (
+        "desktop_app/flow/state.py",
+        [
+            "tests/test_state_changed_in_place.py",
+            "tests/test_fork_unknown_field.py",
+            "tests/test_state_model_changed.py",
+        ],
+    ),
+    ("desktop_app/flow/driver.py", ["tests/test_state_changed_in_place.py"]),
+    (
+        "desktop_app/flow/engine.py",
+        ["tests/test_state_changed_in_place.py", "tests/test_fork_unknown_field.py"],
+    ),
+    ("desktop_app/flow/replay.py", ["tests/test_fork_unknown_field.py"]),
+):
+    TESTS_FOR[_module] += [t for t in _tests if t not in TESTS_FOR[_module]]
 TESTS_FOR["desktop_app/flow/recovery.py"].append("tests/test_mutation_kills_recovery.py")
 TESTS_FOR["desktop_app/flow/pool.py"].append("tests/test_mutation_kills_pool.py")
 # a wait kind's begin and poll are reached through the waiting module's steps
