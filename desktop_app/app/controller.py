@@ -40,7 +40,9 @@ from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.fork import validation_lines
 from desktop_app.app.screens.new_run import NewDigestScreen
 from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.widgets.run_summary import damaged_in_app
 from desktop_app.errors import (
+    CheckpointDecodeError,
     DiskFullError,
     FlowdeskError,
     FlowVersionMismatchError,
@@ -226,6 +228,8 @@ class Controller:
             self._say(app_version_refusal(outcome.exception), "error")
         elif isinstance(outcome.exception, UnknownFlowError):
             self._say(unregistered_in_app(run_id, outcome.exception, "resume", "resumed"), "error")
+        elif isinstance(outcome.exception, CheckpointDecodeError):
+            self._say(damaged_in_app(outcome.exception), "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))

@@ -73,10 +73,12 @@ from desktop_app.app.screens.type_ahead import TypeAheadApp
 from desktop_app.app.services import AppServices, open_services
 from desktop_app.app.throttle import RefreshThrottle
 from desktop_app.app.timers import TimerPump
+from desktop_app.app.widgets.run_summary import damaged_in_app
 from desktop_app.cli.output import Hints
 from desktop_app.config import APP_NAME, Settings, config_file, load_settings, recovery_policy
 from desktop_app.errors import (
     AgentRunLeasedError,
+    CheckpointDecodeError,
     ClockSkewError,
     DatabaseLockedError,
     DatabaseUnreachableError,
@@ -914,6 +916,9 @@ class FlowdeskApp(TypeAheadApp, App[None]):
                 pass  # a live process runs it: the summary counts it, no error
             elif isinstance(outcome, FlowVersionMismatchError):
                 pass  # the launch report lists it, with what can be done
+            elif isinstance(outcome, CheckpointDecodeError):
+                said = damaged_in_app(outcome)
+                self.say(f"Run {short_id(run.run_id)} was not resumed: {said}", "error")
             elif isinstance(outcome, BaseException):
                 self.say(f"Run {short_id(run.run_id)} was not resumed: {outcome}", "error")
             elif outcome.status == "failed":

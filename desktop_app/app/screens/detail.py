@@ -53,7 +53,7 @@ from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.state_diff import diff_states, ordered
 from desktop_app.app.widgets.bars import Footer, Header
-from desktop_app.app.widgets.run_summary import interrupted_hint
+from desktop_app.app.widgets.run_summary import damaged_hint, interrupted_hint, latest_or_damage
 from desktop_app.app.widgets.run_tables import (
     INTENT_STATUSES,
     CheckpointsTable,
@@ -65,7 +65,7 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import CheckpointDecodeError, FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
 from desktop_app.runs_view import (
@@ -109,11 +109,13 @@ def header_text(
     pace: Pace | None = None,
     hints: Hints | None = None,
     engine: Engine | None = None,
+    damage: CheckpointDecodeError | None = None,
 ) -> Text:
     """The run's header: id, flow, status (judged at ``now``:
     :func:`display_status`; an interrupted run says how to resume it, a
     moved one where ``db copy`` moved it and, with ``hints`` (the app's
-    database and scope), the command that shows it there),
+    database and scope), the command that shows it there; ``damage``: why
+    its latest checkpoint cannot be read, and the keys that work on it),
     progress (a bar with rate, time left and elapsed time while it runs);
     times in the local time zone with how long ago they were."""
     status = display_status(run, now)
@@ -126,7 +128,9 @@ def header_text(
     text.append("\nStatus ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
     if status == INTERRUPTED:
-        text.append(f" — {interrupted_hint(run, engine)}")
+        text.append(f" — {interrupted_hint(run, engine, damage, opened=True)}")
+    elif damage is not None:
+        text.append(f" — {damaged_hint(damage, opened=True)}", style="red")
     elif status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
         text.append(f" — {stopped_holder_words(pid)}", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
@@ -265,6 +269,10 @@ class RunDetailScreen(Screen[None]):
         self.run_id = run_id
         self.record: RunRecord | None = None
         self.latest: Checkpoint | None = None
+        #: why the latest checkpoint cannot be read (damaged, or no longer
+        #: fitting the model), or ``None``: the run's history still shows,
+        #: and its intact revisions can be replayed or forked
+        self.damage: CheckpointDecodeError | None = None
         #: The revision selected in the timeline, and the diff base (``d``).
         self.selected_revision: int | None = None
         self._live: tuple[int, int] | None = None
@@ -355,7 +363,7 @@ class RunDetailScreen(Screen[None]):
             if running and self._live is None:
                 self.flowdesk.meter.record(run.run_id, *done_total, now)  # run elsewhere
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
-        header = header_text(run, now, pace, self.flowdesk.hints, self.flowdesk.engine)
+        header = header_text(run, now, pace, self.flowdesk.hints, self.flowdesk.engine, self.damage)
         self.query_one("#run-header", Static).update(header)
         self._show_throughput(run.run_id, running, now)
 
@@ -399,23 +407,29 @@ class RunDetailScreen(Screen[None]):
         history in a worker (a long run has tens of thousands of checkpoints:
         the timeline shows a loading indicator until it arrives)."""
         run_id = self.run_id
-        got = self.flowdesk.read(lambda store: (store.get_run(run_id), store.latest(run_id)))
+        got = self.flowdesk.read(
+            lambda store: (store.get_run(run_id), latest_or_damage(store, run_id))
+        )
         if got is None:
             return
         run, checkpoint = got
         self.record = run
-        self.latest = checkpoint
-        self._remember(checkpoint)
+        self.damage = checkpoint if isinstance(checkpoint, CheckpointDecodeError) else None
         self._show_header()
         self.refresh_bindings()  # the footer offers only the keys the run takes
-        self.query_one(StepsTable).show(checkpoint)
-        self.query_one(WaitsTable).show(checkpoint.waits, self.now())
         self.query_one(ContextTable).show(run)
-        self._show_graph(run, checkpoint)
         timeline = self.query_one(CheckpointsTable)
         if not timeline.revisions:
             timeline.loading = True
         self._load_history()
+        if isinstance(checkpoint, CheckpointDecodeError):  # the header says what works
+            self.latest = None
+            return
+        self.latest = checkpoint
+        self._remember(checkpoint)
+        self.query_one(StepsTable).show(checkpoint)
+        self.query_one(WaitsTable).show(checkpoint.waits, self.now())
+        self._show_graph(run, checkpoint)
         self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
         self._outbox_stale = True
         if self.query_one(TabbedContent).active == "tab-outbox":
@@ -822,6 +836,8 @@ class RunDetailScreen(Screen[None]):
         """``r``, ``a`` and ``c`` show (and work) only for a run they apply
         to (:func:`~desktop_app.runs_view.row_actions`, as on the runs
         screen); all of them until the run is read (each then says why)."""
+        if action in ("resume", "answer") and self.damage is not None:
+            return False  # both read the damaged checkpoint; the header says what works
         if action in ("resume", "answer", "cancel") and self.record is not None:
             return action in row_actions(display_status(self.record, self.flowdesk.now()))
         return True

@@ -27,7 +27,7 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.widgets.banner import ErrorBanner, StatusLine
 from desktop_app.app.widgets.bars import Footer, Header
 from desktop_app.app.widgets.run_filters import RunFilter, RunFilters
-from desktop_app.app.widgets.run_summary import RunSummary
+from desktop_app.app.widgets.run_summary import RunSummary, latest_or_damage
 from desktop_app.app.widgets.runs_table import COLUMNS, AnyRun, RunsTable, run_cells, run_kind
 from desktop_app.errors import CheckpointNotFoundError, moved_to
 from desktop_app.runs_view import (
@@ -229,7 +229,7 @@ class RunsScreen(Screen[None]):
             self.summary.show_other(run_id, kind, status)
             return
         run = self.flowdesk.read(lambda s: s.get_run(run_id), quiet=True)
-        latest = self.flowdesk.read(lambda s: s.latest(run_id), quiet=True)
+        latest = self.flowdesk.read(lambda s: latest_or_damage(s, run_id), quiet=True)
         if run is None:
             return
         now = self.flowdesk.now()

@@ -9,6 +9,7 @@ from desktop_app.app.format import STATUS_STYLES, ago, local_when, progress, sho
 from desktop_app.app.host import host
 from desktop_app.app.progress import Pace
 from desktop_app.cli.output import Hints, moved_line
+from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointCorruptError, CheckpointDecodeError
 from desktop_app.flow.engine import Engine
 from desktop_app.runs_view import (
     INTERRUPTED,
@@ -17,7 +18,7 @@ from desktop_app.runs_view import (
     stopped_holder,
     stopped_holder_words,
 )
-from desktop_app.store.protocol import Checkpoint, RunRecord
+from desktop_app.store.protocol import Checkpoint, CheckpointStore, RunRecord
 from desktop_app.words import duration
 
 #: what an interrupted run's status says (in the side panel and the run's detail)
@@ -26,17 +27,71 @@ RESUME_HINT = "press r to resume"
 CHANGED_HINT = "its flow changed since it started: r once its code is restored, c cancels it"
 
 
-def interrupted_hint(run: RunRecord, engine: Engine | None) -> str:
-    """What an interrupted run's status says: :data:`RESUME_HINT`, or
+def interrupted_hint(
+    run: RunRecord,
+    engine: Engine | None,
+    damage: CheckpointDecodeError | None = None,
+    *,
+    opened: bool = False,
+) -> str:
+    """What an interrupted run's status says: :data:`RESUME_HINT`,
     :data:`CHANGED_HINT` when ``engine`` has the run's flow but not at the
-    version the run started with (the launch report offers its fork)."""
+    version the run started with (the launch report offers its fork), or
+    :func:`damaged_hint` when reading its latest checkpoint raised
+    ``damage`` (``r`` would refuse it)."""
+    if damage is not None:
+        return damaged_hint(damage, opened=opened)
     changed = engine is not None and engine.version_refusal(run) is not None
     return CHANGED_HINT if changed else RESUME_HINT
 
 
+def damaged_hint(damage: CheckpointDecodeError, *, opened: bool = False) -> str:
+    """What the app says of a run whose latest checkpoint cannot be read
+    (``damage``: changed or deleted outside Flowdesk, or no longer fitting
+    the state model): the keys that work on it, the app's form of the
+    commands ``show`` prints (the run's checkpoints, p to replay and f to
+    fork an intact earlier revision, c to cancel; r and a refuse it).
+    ``opened``: said in the run's own screen (no "open the run" first)."""
+    said = f"its checkpoint at revision {damage.revision} "
+    if not isinstance(damage, CheckpointCorruptError):  # every revision is read by one model
+        return (
+            said + "no longer fits its flow's state model: change the model back to what "
+            "the run stored, or press c to cancel the run"
+        )
+    said += "is missing" if damage.missing else "was changed outside Flowdesk"
+    keys = []
+    if damage.readable is not None:
+        keys.append(
+            ("" if opened else "open the run (enter), ")
+            + f"select revision {damage.readable} in Checkpoints and press p to replay "
+            "from it or f to fork it"
+        )
+    if damage.run_status not in ENDED_RUN_STATUSES:
+        keys.append("press c to cancel the run")
+    return said + (": " + ", or ".join(keys) if keys else "")
+
+
+def latest_or_damage(store: CheckpointStore, run_id: str) -> Checkpoint | CheckpointDecodeError:
+    """``run_id``'s latest checkpoint, or the error reading it raised when
+    it cannot be read (damaged, or no longer fitting its model): what the
+    app shows of the run either way. Other errors propagate."""
+    try:
+        return store.latest(run_id)
+    except CheckpointDecodeError as exc:
+        return exc
+
+
+def damaged_in_app(damage: CheckpointDecodeError) -> str:
+    """The error of a run that could not go on because its latest
+    checkpoint cannot be read (what ``resume`` says), followed by the keys
+    that work on it in the app (:func:`damaged_hint`), where the commands
+    the error names are not at hand."""
+    return f"{damage} In the app: {damaged_hint(damage)}."
+
+
 def summary_text(
     run: RunRecord,
-    latest: Checkpoint | None,
+    latest: Checkpoint | CheckpointDecodeError | None,
     pace: Pace | None,
     now: float,
     hints: Hints | None = None,
@@ -46,7 +101,11 @@ def summary_text(
     interrupted run says how to resume it, a moved one where ``db copy``
     moved it and the command that shows it there, with ``hints``), progress with rate and ETA while
     it runs, times (local, and how long ago), the step it is at or waits
-    in, and its error."""
+    in, and its error. ``latest``: the run's latest checkpoint, the error
+    reading it raised (:func:`latest_or_damage`: the keys that work on the
+    run are said), or ``None`` (not read)."""
+    damage = latest if isinstance(latest, CheckpointDecodeError) else None
+    checkpoint = None if isinstance(latest, CheckpointDecodeError) else latest
     status = display_status(run, now)
     running = status == "running"
     text = Text()
@@ -54,7 +113,9 @@ def summary_text(
     text.append(f"{run.run_id}\n", style="dim")
     text.append("\nStatus   ", style="bold")
     text.append(status, style=STATUS_STYLES.get(status, ""))
-    text.append(f" — {interrupted_hint(run, engine)}\n" if status == INTERRUPTED else "\n")
+    text.append(f" — {interrupted_hint(run, engine, damage)}\n" if status == INTERRUPTED else "\n")
+    if damage is not None and status != INTERRUPTED:
+        text.append(f"         {damaged_hint(damage)}\n", style="red")
     if status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
         text.append(f"         {stopped_holder_words(pid)}\n", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
@@ -76,15 +137,16 @@ def summary_text(
     if running:
         text.append("Elapsed  ", style="bold")
         text.append(f"{duration(now - run.created_at)}\n")
-    if latest is not None:
-        if latest.frontier:
+    if checkpoint is not None:
+        if checkpoint.frontier:
             text.append("Next     ", style="bold")
-            text.append(", ".join(latest.frontier) + "\n")
-        if latest.waits:
+            text.append(", ".join(checkpoint.frontier) + "\n")
+        if checkpoint.waits:
             text.append("Waits    ", style="bold")
-            text.append(f"{len(latest.waits)} ({', '.join(w.kind for w in latest.waits)})\n")
+            waits = checkpoint.waits
+            text.append(f"{len(waits)} ({', '.join(w.kind for w in waits)})\n")
         text.append("Revision ", style="bold")
-        text.append(f"{latest.revision}\n")
+        text.append(f"{checkpoint.revision}\n")
     if run.error:
         text.append("\nError\n", style="bold red")
         text.append(run.error)
@@ -97,11 +159,15 @@ class RunSummary(Static):
 
     run_id: str | None = None
     #: what :meth:`show` was last given (``None``: no run), for :meth:`refresh_times`
-    _shown: tuple[RunRecord, Checkpoint | None, Pace | None] | None = None
+    _shown: tuple[RunRecord, Checkpoint | CheckpointDecodeError | None, Pace | None] | None = None
     _text = ""
 
     def show(
-        self, run: RunRecord | None, latest: Checkpoint | None, pace: Pace | None, now: float
+        self,
+        run: RunRecord | None,
+        latest: Checkpoint | CheckpointDecodeError | None,
+        pace: Pace | None,
+        now: float,
     ) -> None:
         self.run_id = run.run_id if run is not None else None
         if run is None:

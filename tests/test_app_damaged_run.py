@@ -1,0 +1,125 @@
+"""A run whose latest checkpoint was changed or deleted outside Flowdesk,
+in the app on a real SQLite file (a tryout's report: the side panel said
+"press r to resume", `r` showed the damage with the CLI's words and no
+keys, and the run's screen showed its id and nothing else, so nothing in
+the app could replay it). The side panel, `r` and the run's screen say
+what works; the run's checkpoints still show; p on the intact revision
+the hint names, as the hint says, replays the run, which then waits for
+its answer as the damaged one did; c cancels the damaged run."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.confirm import ConfirmScreen
+from desktop_app.app.screens.detail import RunDetailScreen
+from desktop_app.app.widgets.run_tables import CheckpointsTable
+from desktop_app.config import load_settings
+from desktop_app.store.sqlite.store import open_store
+from tests.app_support import messages, settle, wait_until
+from tests.cli_support import flowdesk
+from tests.damaged_flows import stepper
+from tests.test_app_detail import open_detail, select
+
+ENV = {"FLOWDESK_FLOWS": '["tests.damaged_flows:stepper"]'}
+
+
+def interrupted_and_damaged(db: Path, how: str) -> str:
+    """A ``stepper`` run (revision 1 its step's, 2 its wait's) left
+    ``running`` by a process that is gone, whose revision 2 was then
+    damaged with the sqlite3 shell: ``changed`` (its state is no longer
+    the JSON its checksum covers) or ``deleted``."""
+    out = flowdesk(db, "start", "stepper", "--input", json.dumps({"order": "a"}), env=ENV)
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.splitlines()[0]
+    with sqlite3.connect(db) as conn:
+        if how == "changed":
+            sql = "UPDATE checkpoints SET state='{\"order\": 1' WHERE run_id=? AND revision=2"
+        else:
+            sql = "DELETE FROM checkpoints WHERE run_id=? AND revision=2"
+        assert conn.execute(sql, (run_id,)).rowcount == 1
+        conn.execute("UPDATE runs SET status='running', lease_owner=NULL WHERE run_id=?", (run_id,))
+    conn.close()
+    return run_id
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.scenario("S106")
+@pytest.mark.parametrize("how", ["changed", "deleted"])
+async def test_a_damaged_run_says_what_works_and_its_hint_replays_it(
+    db_path: Path, how: str
+) -> None:
+    db = db_path
+    run_id = interrupted_and_damaged(db, how)
+    what = "is missing" if how == "deleted" else "was changed outside Flowdesk"
+    keys = (
+        "select revision 1 in Checkpoints and press p to replay from it or f to fork it, "
+        "or press c to cancel the run"
+    )
+    app = FlowdeskApp(load_settings(db_path=db), flows=[stepper])
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        # the launch's recovery could not resume it: it says why and what works here
+        await wait_until(pilot, lambda: any("was not resumed" in m for m in messages(app)))
+        [launch] = [m for m in messages(app) if "was not resumed" in m]
+        assert flat(launch).endswith(
+            f"In the app: its checkpoint at revision 2 {what}: open the run (enter), {keys}."
+        ), launch
+        screen = app.runs_screen
+        await wait_until(pilot, lambda: screen.table.selected_run_id() == run_id)
+        said = f"interrupted — its checkpoint at revision 2 {what}: open the run (enter), {keys}"
+        await wait_until(pilot, lambda: said in flat(screen.summary.text))
+        assert "press r" not in screen.summary.text
+        await pilot.press("r")  # refused: the same words as the launch's
+        await wait_until(pilot, lambda: sum("In the app:" in m for m in messages(app)) == 2)
+        detail = await open_detail(pilot, run_id)
+        header = flat(str(detail.query_one("#run-header", Static).render()))
+        assert f"interrupted — its checkpoint at revision 2 {what}: {keys}" in header, header
+        assert not detail.check_action("resume", ()) and not detail.check_action("answer", ())
+        timeline = detail.query_one(CheckpointsTable)
+        await wait_until(pilot, lambda: 1 in timeline.revisions)
+        await select(pilot, detail, 1)
+        await pilot.press("p")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        replayed = app.screen
+        assert isinstance(replayed, RunDetailScreen) and replayed.run_id != run_id
+        new_id = replayed.run_id
+    store = open_store(db)
+    try:
+        assert store.get_run(new_id).status == "waiting"  # for its answer, as revision 2 did
+        assert store.get_run(new_id).parent_run_id == run_id
+        assert store.latest(new_id).state["n"] == 1  # its step ran once, before revision 1
+    finally:
+        store.close()
+
+
+@pytest.mark.scenario("S106")
+async def test_c_cancels_a_damaged_run_as_its_hint_says(db_path: Path) -> None:
+    run_id = interrupted_and_damaged(db_path, "changed")
+    app = FlowdeskApp(load_settings(db_path=db_path), flows=[stepper])
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        await wait_until(pilot, lambda: screen.table.selected_run_id() == run_id)
+        await wait_until(pilot, lambda: "press c to cancel the run" in flat(screen.summary.text))
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        await wait_until(pilot, lambda: screen.table.cell(run_id, "status") == "canceled")
+    store = open_store(db_path)
+    try:
+        assert store.get_run(run_id).status == "canceled"
+    finally:
+        store.close()
