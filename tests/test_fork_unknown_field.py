@@ -70,3 +70,68 @@ def test_a_run_whose_input_names_no_state_field_is_refused_before_it_is_created(
         assert engine.run("f", {"items": ["x"]}).state.items == ["x"]
     finally:
         store.close()
+
+
+class Address(BaseModel):
+    street: str = ""
+    zip_code: str = ""
+
+
+class Tags(BaseModel, extra="allow"):
+    main: str = ""
+
+
+class Customer(BaseModel):
+    name: str = ""
+    address: Address = Address()
+    previous: list[Address] = []
+    billing: Address | None = None
+    by_kind: dict[str, Address] = {}
+    tags: Tags = Tags()
+
+
+CUSTOMER = FlowBuilder("customer", Customer).step("a", lambda s: {}).compile()
+
+
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"address": {"zip_cod": "1"}}, "'address.zip_cod' (did you mean 'address.zip_code'?)"),
+        (
+            {"previous": [{}, {"stret": "x"}]},
+            "'previous[1].stret' (did you mean 'previous[1].street'?)",
+        ),
+        ({"billing": {"zipcode": "1"}}, "'billing.zipcode' (did you mean 'billing.zip_code'?)"),
+        ({"by_kind": {"home": {"town": "x"}}}, "\"by_kind['home'].town\""),
+    ],
+    ids=["model", "list of models", "optional model", "dict of models"],
+)
+def test_an_unknown_field_inside_a_nested_model_is_refused_too(
+    db_path: Path, changes: dict, said: str
+) -> None:
+    """The last tryout's report: a fork (or a start) whose changes misspell
+    a field of a nested model (``{"address": {"zip_cod": ...}}``) ran with
+    the old value: pydantic drops the key of a nested model too. It is
+    refused with its path, for a fork and for a new run, and nothing is
+    created; a nested model that keeps extra keys (``extra="allow"``)
+    stores them, so they pass."""
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[CUSTOMER])
+        done = engine.run("customer", Customer())
+        for attempt in (
+            lambda: engine.fork(f"{done.run_id}:0", changes),
+            lambda: engine.run("customer", changes),
+        ):
+            with pytest.raises(InputError) as err:
+                attempt()
+            assert f"Address has no field {said}; its fields: street, zip_code. Nothing was " in (
+                str(err.value)
+            )
+        assert len(store.list_runs()) == 1
+        forked = engine.fork(f"{done.run_id}:0", {"tags": {"main": "a", "extra": "kept"}})
+        assert forked.state.tags.model_dump() == {"main": "a", "extra": "kept"}
+        fine = engine.run("customer", {"previous": [{"street": "x"}], "billing": None})
+        assert fine.state.previous == [Address(street="x")]
+    finally:
+        store.close()

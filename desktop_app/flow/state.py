@@ -14,6 +14,8 @@ because the model's own annotations rebuild them.
 
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Container, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar
 
@@ -112,35 +114,69 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
 _UNSTORABLE = (PydanticSerializationError, RecursionError, TypeError, ValueError)
 
 
-def refuse_unknown_fields(model: type[BaseModel], data: Any) -> None:
+def refuse_unknown_fields(model: type[BaseModel], data: Any, where: str = "") -> None:
     """Refuse a run's input ``data`` (a mapping) that names a key which is
     neither a field nor an alias of ``model``: pydantic drops such a key
     without a word (its default ``extra="ignore"``), so a misspelt input
     would start the run with the field's default (a stored state holds
     its model's fields only, so extra keys are refused whatever the
-    model's ``extra`` says).
+    model's ``extra`` says). The same inside the value of a field typed
+    as a model (or an optional one, or a list, tuple, set or dict of
+    them) given as a mapping, unless that nested model keeps extra keys
+    (``extra="allow"``: they are stored with it). ``where``: the path of
+    ``data`` in the input (``"address."``), for the message.
 
     Raises:
-        InputError: naming the unknown keys, the nearest field and the
-            model's fields; nothing was created.
+        InputError: naming the unknown keys (with their path), the nearest
+            field and the model's fields; nothing was created.
     """
     import difflib
 
     if not isinstance(data, Mapping):
         return
     fields = model.model_fields
-    known = set(fields)
-    for info in fields.values():
-        known.update(a for a in (info.alias, info.validation_alias) if isinstance(a, str))
-    unknown = [str(k) for k in data if k not in known]
-    if not unknown:
+    by_key: dict[Any, Any] = {}
+    for name, info in fields.items():
+        by_key[name] = info
+        by_key.update((a, info) for a in (info.alias, info.validation_alias) if isinstance(a, str))
+    unknown = [str(k) for k in data if k not in by_key]
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        raise InputError(
+            f"{model.__name__} has no field {', '.join(repr(where + k) for k in unknown)}"
+            + (f" (did you mean {where + near[0]!r}?)" if near else "")
+            + f"; its fields: {', '.join(fields) or 'none'}. Nothing was created."
+        )
+    for key, value in data.items():
+        for nested, part, path in _nested_inputs(by_key[key].annotation, value, f"{where}{key}"):
+            if nested.model_config.get("extra") != "allow":
+                refuse_unknown_fields(nested, part, f"{path}.")
+
+
+def _nested_inputs(
+    annotation: Any, value: Any, path: str
+) -> Iterator[tuple[type[BaseModel], Any, str]]:
+    """The parts of input ``value`` (for a field annotated ``annotation``,
+    at ``path``) that pydantic validates into a model: ``(model, part,
+    its path)``. A union with more than one model is left to pydantic (which
+    of them a part becomes is its choice)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation, value, path
         return
-    near = difflib.get_close_matches(unknown[0], list(fields), n=1)
-    raise InputError(
-        f"{model.__name__} has no field {', '.join(repr(k) for k in unknown)}"
-        + (f" (did you mean {near[0]!r}?)" if near else "")
-        + f"; its fields: {', '.join(fields) or 'none'}. Nothing was created."
-    )
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        yield from _nested_inputs(args[0], value, path)
+    elif origin in (typing.Union, types.UnionType):
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if len(models) == 1:
+            yield from _nested_inputs(models[0], value, path)
+    elif origin in (list, tuple, set, frozenset) and isinstance(value, (list, tuple)) and args:
+        fixed = origin is tuple and args[-1] is not Ellipsis  # tuple[A, B], not tuple[A, ...]
+        for i, item in enumerate(value[: len(args)] if fixed else value):
+            yield from _nested_inputs(args[i] if fixed else args[0], item, f"{path}[{i}]")
+    elif origin is dict and len(args) == 2 and isinstance(value, Mapping):
+        for k, item in value.items():
+            yield from _nested_inputs(args[1], item, f"{path}[{k!r}]")
 
 
 def encode_fields(state: BaseModel, fields: set[str], step_id: str) -> dict[str, Any]:
