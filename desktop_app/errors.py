@@ -832,6 +832,8 @@ class CheckpointCorruptError(CheckpointDecodeError):
         missing: the row is not there at all (deleted outside Flowdesk: the
             run's later checkpoints, or the run's own row, name it), rather
             than changed.
+        backup: what a backup would restore (``"the file"``; ``"the
+            database"`` on PostgreSQL).
     """
 
     def __init__(
@@ -843,6 +845,7 @@ class CheckpointCorruptError(CheckpointDecodeError):
         readable: int | None = None,
         run_status: str | None = None,
         missing: bool = False,
+        backup: str = "the file",
     ) -> None:
         self.what = what
         self.run_id = run_id
@@ -854,15 +857,15 @@ class CheckpointCorruptError(CheckpointDecodeError):
         self.reason = "row missing" if missing else "checksum mismatch"
         ended = run_status in ENDED_RUN_STATUSES
         if what != "checkpoint":
-            advice = "Restore the file from a backup, or fork the run from an earlier revision."
+            advice = f"Restore {backup} from a backup, or fork the run from an earlier revision."
         elif readable is not None:
             advice = (
-                f"Restore the file from a backup, or replay the run from revision {readable}, "
+                f"Restore {backup} from a backup, or replay the run from revision {readable}, "
                 "its latest intact checkpoint before the damaged one"
                 + ("." if ended else ", or cancel it (its damaged state is not read).")
             )
         else:
-            advice = "Restore the file from a backup" + (
+            advice = f"Restore {backup} from a backup" + (
                 "." if ended else ", or cancel the run (no earlier checkpoint of it is intact)."
             )
         done = f"The run is {run_status}" if ended else "The run cannot go on from it"

@@ -24,19 +24,42 @@ from tests.test_damaged_checkpoint import _hints
 ENV = {"FLOWDESK_FLOWS": STEPPER_ENV}
 
 
-def _start(db: Path, flow: str, order: str) -> str:
+def _start(db: Path | str, flow: str, order: str) -> str:
     out = flowdesk(db, "start", flow, "--input", json.dumps({"order": order}), env=ENV)
     assert out.returncode == 0, out.stderr
     return out.stdout.splitlines()[0]
 
 
-def _delete(db: Path, run_id: str, revision: int) -> None:
+def _sql(db: Path | str, sql: str, *args: object) -> list[tuple]:
+    """``sql`` (``?`` placeholders) run as a person would by hand, with the
+    database's own client library: its rows, or ``[(rowcount,)]``."""
+    if isinstance(db, str):  # PostgreSQL
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute("SET search_path TO flowdesk")  # Flowdesk's schema
+            cur = pg.execute(sql.replace("?", "%s"), args)
+            return cur.fetchall() if cur.description else [(cur.rowcount,)]
     with sqlite3.connect(db) as conn:
-        deleted = conn.execute(
-            "DELETE FROM checkpoints WHERE run_id=? AND revision=?", (run_id, revision)
-        ).rowcount
+        cur = conn.execute(sql, args)
+        found = cur.fetchall() if cur.description else [(cur.rowcount,)]
     conn.close()
-    assert deleted == 1
+    return found
+
+
+def _delete(db: Path | str, run_id: str, revision: int) -> None:
+    sql = "DELETE FROM checkpoints WHERE run_id=? AND revision=?"
+    assert _sql(db, sql, run_id, revision) == [(1,)]
+
+
+def _open(db: Path | str):
+    if isinstance(db, str):
+        from desktop_app.store.postgres.store import open_postgres_store
+
+        return open_postgres_store(db)
+    from desktop_app.store.sqlite import open_store
+
+    return open_store(db)
 
 
 @pytest.fixture
@@ -46,8 +69,21 @@ def db(tmp_path: Path) -> Path:
     return db
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, db: Path) -> Path | str:
+    """The SQLite file, or a PostgreSQL database with the schema applied
+    (the same checks: a row deleted by hand is damage on both)."""
+    if request.param == "sqlite":
+        return db
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
 @pytest.mark.scenario("S106")
-def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(db: Path) -> None:
+def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(
+    database: Path | str,
+) -> None:
+    db = database
     bad, good = _start(db, "asker", "A"), _start(db, "asker", "B")
     _delete(db, bad, 1)  # its latest: the wait
 
@@ -80,8 +116,9 @@ def test_a_deleted_latest_row_is_named_waiting_goes_on_and_the_hints_work(db: Pa
 
 @pytest.mark.scenario("S106")
 def test_a_deleted_middle_row_is_named_and_nothing_goes_on_from_the_state_it_leaves(
-    db: Path,
+    database: Path | str,
 ) -> None:
+    db = database
     bad = _start(db, "stepper", "A")
     _delete(db, bad, 1)  # the step `count`'s: revision 2 (the wait) builds on it
 
@@ -94,32 +131,29 @@ def test_a_deleted_middle_row_is_named_and_nothing_goes_on_from_the_state_it_lea
     assert refused.returncode != 0 and "revision 1 is missing" in refused.stderr
 
     from desktop_app.flow import Engine
-    from desktop_app.store.sqlite import open_store
     from tests.damaged_flows import stepper
 
-    store = open_store(db)
+    store = _open(db)
     try:
         with pytest.raises(CheckpointCorruptError) as err:
             Engine(store, flows=[stepper]).get(bad)
         assert (err.value.revision, err.value.readable, err.value.missing) == (1, 0, True)
+        assert err.value.run_status == "waiting"
     finally:
         store.close()
-    with sqlite3.connect(db) as conn:
-        revisions = conn.execute(
-            "SELECT revision FROM checkpoints WHERE run_id=? ORDER BY revision", (bad,)
-        ).fetchall()
-    conn.close()
+    revisions = _sql(db, "SELECT revision FROM checkpoints WHERE run_id=? ORDER BY revision", bad)
     assert revisions == [(0,), (2,)]  # nothing appended onto the hole
 
 
 @pytest.mark.scenario("S106")
 def test_a_deleted_first_row_names_revision_0_and_a_run_with_no_rows_left_is_damage(
-    db: Path,
+    database: Path | str,
 ) -> None:
     """The second tryout's report: deleting revision 0 (the snapshot every
     later row builds on) was named as the latest revision missing, and
     `replay` said revision 1 was "pruned or never saved" though `show`
     listed it; deleting every row made `replay` end in a traceback."""
+    db = database
     first = _start(db, "stepper", "A")
     _delete(db, first, 0)
     shown = flowdesk(db, "show", first, env=ENV)
@@ -131,9 +165,7 @@ def test_a_deleted_first_row_names_revision_0_and_a_run_with_no_rows_left_is_dam
     assert "revision 0 is missing" in replayed.stderr and "pruned" not in replayed.stderr
 
     gone = _start(db, "stepper", "B")
-    with sqlite3.connect(db) as conn:
-        conn.execute("DELETE FROM checkpoints WHERE run_id=?", (gone,))
-    conn.close()
+    assert _sql(db, "DELETE FROM checkpoints WHERE run_id=?", gone) == [(3,)]
     replayed = flowdesk(db, "replay", gone, env=ENV)
     assert replayed.returncode == 1 and "Traceback" not in replayed.stderr, replayed.stderr
     assert f"checkpoint of run {gone} revision 2 is missing" in replayed.stderr

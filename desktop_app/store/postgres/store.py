@@ -82,6 +82,8 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from desktop_app.errors import (
+    ENDED_RUN_STATUSES,
+    CheckpointCorruptError,
     CheckpointNotFoundError,
     CommitUnknownError,
     DatabaseOpenError,
@@ -93,6 +95,7 @@ from desktop_app.errors import (
     QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
+    RunStateError,
     ServerUnreachableAtOpenError,
     StoreError,
 )
@@ -1257,7 +1260,7 @@ class PostgresCheckpointStore:
         ).fetchone()
         if row is None:
             raise self._no_run(run_id)
-        latest = self._load(conn, run_id, int(row[0]))
+        latest = self._load(conn, run_id, int(row[0]), latest=True)
         cp = change(latest)
         self._append(conn, cp, latest, (), None, (), ())
         return cp
@@ -1285,6 +1288,71 @@ class PostgresCheckpointStore:
         self._remember(cp)
         self._changed(run_id, wake=True)
         return cp, done
+
+    def end_unreadable(self, run_id: str, status: RunStatus, error: str, now: float) -> RunRecord:
+        """End a live run whose latest checkpoint cannot be read back (a
+        :class:`CheckpointCorruptError`: a row deleted outside Flowdesk)
+        without reading it, as the SQLite store's method of that name: its
+        ``runs`` row becomes ``status`` with ``error``, its lease and
+        pending waits go, no checkpoint is appended; its history stays.
+
+        Args:
+            run_id: the run; status: its new status; error: why (names the
+                damage); now: UTC epoch seconds, its ``updated_at``.
+
+        Raises:
+            CheckpointNotFoundError: no such run in this scope.
+            RunStateError: the run had ended already (nothing was changed).
+            StoreError: the database could not be written.
+        """
+        run = self._tx(lambda conn: self._end_unreadable_in(conn, run_id, status, error, now))
+        self._changed(run_id, wake=True)
+        return run
+
+    def _end_unreadable_in(
+        self, conn: Conn, run_id: str, status: RunStatus, error: str, now: float
+    ) -> RunRecord:
+        ended = ",".join(f"'{s}'" for s in sorted(ENDED_RUN_STATUSES))
+        cur = conn.execute(
+            f"UPDATE runs SET status=%s, error=%s, updated_at={ts()}, lease_owner=NULL, "
+            f"lease_expires_at=NULL WHERE run_id=%s AND scope=%s AND status NOT IN ({ended})",
+            (status, no_nul(error), now, run_id, self.scope),
+        )
+        changed = cur.rowcount == 1
+        if changed:
+            conn.execute(SQL.delete_waits, (run_id,))
+        run = self._get_run(conn, run_id)
+        self._forget(run_id)
+        if run is None:
+            raise self._no_run(run_id)
+        if not changed:
+            raise RunStateError(f"run {run_id} is already {run.status}; nothing to do")
+        return run
+
+    def end_unreadable_withdrawing(
+        self,
+        run_id: str,
+        status: RunStatus,
+        error: str,
+        now: float,
+        reason: str,
+        *,
+        presumed_dead: Callable[[str], bool] | None = None,
+        presumed_alive: Callable[[str], bool] | None = None,
+    ) -> tuple[RunRecord, Withdrawal]:
+        """:meth:`end_unreadable` and the withdrawal of the run's open
+        intents (``reason``) in one transaction, as
+        :meth:`update_latest_withdrawing` for a run whose latest checkpoint
+        cannot be read. Raises what :meth:`end_unreadable` raises (nothing
+        is withdrawn then)."""
+
+        def body(conn: Conn) -> tuple[RunRecord, Withdrawal]:
+            run = self._end_unreadable_in(conn, run_id, status, error, now)
+            return run, self._withdraw_in(conn, run_id, reason, presumed_dead, presumed_alive, None)
+
+        done = self._tx(body)
+        self._changed(run_id, wake=True)
+        return done
 
     def claim(self, run_id: str, lease: Lease, now: float) -> RunRecord:
         cond, cargs = _lease_cond(lease)
@@ -1696,7 +1764,7 @@ class PostgresCheckpointStore:
             copy = self._cached_copy(run_id, run.revision)
             if copy is not None:
                 return run, copy, False
-            return run, self._load(conn, run_id, run.revision), True
+            return run, self._load(conn, run_id, run.revision, latest=True, run=run), True
 
         run, cp, loaded = self._read(body)
         if loaded:
@@ -1717,10 +1785,69 @@ class PostgresCheckpointStore:
         except CheckpointNotFoundError:
             return None
 
-    def _load(self, conn: Conn, run_id: str, revision: int) -> Checkpoint:
-        """Fold deltas onto the nearest snapshot at or below ``revision``."""
+    def _load(
+        self,
+        conn: Conn,
+        run_id: str,
+        revision: int,
+        *,
+        latest: bool = False,
+        run: RunRecord | None = None,
+    ) -> Checkpoint:
+        """Fold deltas onto the nearest snapshot at or below ``revision``.
+        ``latest``: ``revision`` is the run's own (its record names it), so
+        a missing row is damage, not a pruned or unsaved revision; ``run``:
+        that record, when read already (its status is named).
+
+        Raises:
+            CheckpointCorruptError: a row the fold needs was deleted outside
+                Flowdesk (``missing``; pruning deletes from the oldest row
+                up, never between two kept ones), naming the newest
+                revision below it that folds.
+            CheckpointNotFoundError: ``revision`` was pruned or never saved.
+            CheckpointDecodeError: a row's JSON is malformed.
+        """
         rows: list[Any] = conn.execute(_FOLD_ROWS, (run_id, revision, run_id, revision)).fetchall()
-        return checkpoint_from_rows(run_id, revision, rows)
+        try:
+            return checkpoint_from_rows(run_id, revision, rows)
+        except CheckpointCorruptError as exc:  # a row between two others is missing
+            gap = exc.revision
+            below = gap - 1 if gap - 1 >= int(rows[0][0]) else None
+            raise self._missing(conn, run_id, gap, below, run) from None
+        except CheckpointNotFoundError:
+            if rows:  # those below it follow one another (else the gap was named)
+                if not latest:
+                    raise  # pruned, or never saved
+                raise self._missing(conn, run_id, revision, int(rows[-1][0]), run) from None
+            # no snapshot at or below it: if the row is there (or is the run's
+            # own latest), the snapshot the oldest kept row builds on is gone
+            found: Any = conn.execute(  # an aggregate: always one row
+                "SELECT min(revision), count(*) FILTER (WHERE revision=%s) FROM checkpoints "
+                "WHERE run_id=%s AND revision<=%s",
+                (revision, run_id, revision),
+            ).fetchone()
+            low, there = found
+            if not (latest or there):
+                raise  # pruned, or never saved
+            gone = revision if low is None else int(low) - 1
+            raise self._missing(conn, run_id, gone, None, run) from None
+
+    def _missing(
+        self, conn: Conn, run_id: str, revision: int, readable: int | None, run: RunRecord | None
+    ) -> CheckpointCorruptError:
+        """The error of run ``run_id``'s checkpoint row at ``revision``
+        deleted outside Flowdesk, naming ``readable`` (the newest revision
+        below it that folds) and the run's status."""
+        if run is None:
+            run = self._get_run(conn, run_id)
+        return CheckpointCorruptError(
+            run_id,
+            revision,
+            readable=readable,
+            run_status=None if run is None else run.status,
+            missing=True,
+            backup="the database",
+        )
 
     def query(self, op: Callable[[SqlTxProtocol], T]) -> T:
         """Run ``op(SqlTx)`` in a ``READ ONLY`` transaction (domain SQL with
