@@ -217,3 +217,81 @@ def test_fields_storable_alone_but_not_together_are_all_named():
     assert "field 'hi,lo' that cannot be stored: it is not JSON data. Return JSON data" in str(
         err.value
     )
+
+
+def test_an_unknown_input_field_message_lists_every_unknown_key_and_says_none_for_no_fields():
+    from desktop_app.errors import InputError
+    from desktop_app.flow.state import refuse_unknown_fields
+
+    class Empty(BaseModel):
+        pass
+
+    with pytest.raises(InputError) as err:
+        refuse_unknown_fields(State, {"cuont": 1, "tgas": []})
+    assert str(err.value) == (
+        "State has no field 'cuont', 'tgas' (did you mean 'count'?); its fields: count, items, "
+        "tags, table, blob, note, payload. Nothing was created."
+    )
+    with pytest.raises(InputError) as err:
+        refuse_unknown_fields(Empty, {"x": 1})
+    assert str(err.value) == "Empty has no field 'x'; its fields: none. Nothing was created."
+
+
+def test_by_default_a_same_size_change_in_place_is_not_caught_strict_names_it_and_its_step():
+    """``Engine(check_state=True)`` (a strict tracker) catches a list item
+    changed in place, and names the step that made a field unstorable in
+    place; the default tracker catches only a size change (S110)."""
+    state = State(tags=["a"], table={"k": 1})
+    default, strict = StateTracker(state), StateTracker(state, strict=True)
+    state.tags[0] = "b"
+    default.check_unmutated(state, "edit")  # the documented default: not caught
+    with pytest.raises(StateMutatedError) as err:
+        strict.check_unmutated(state, "edit")
+    assert str(err.value) == (
+        "step 'edit' changed state field 'tags' in place (its size, if any, stayed the same): "
+        "such a change is not stored, so the steps after it would see it only until the run "
+        "is resumed; return the new value instead (for example {'tags': new_value})"
+    )
+    other = State(table={"k": 1})
+    tracker = StateTracker(other, strict=True)
+    other.table["k"] = object()  # type: ignore[assignment]  # same size, now unstorable
+    with pytest.raises(StateNotStorableError) as unstorable:
+        tracker.check_unmutated(other, "edit")
+    assert (unstorable.value.step_id, unstorable.value.field) == ("edit", "table")
+
+
+def test_a_container_changed_in_place_and_returned_is_encoded_again_and_stored():
+    """A step that appends to an ``Any`` field in place and returns it:
+    pydantic keeps the value as given (the same object the tracker saw), so
+    only the returned key says it changed; it is encoded again and marked
+    to be stored."""
+    state = State(blob=["a"])
+    tracker = StateTracker(state)
+    tracker.stored(frozenset(tracker.dirty))
+    state.blob.append("b")
+    tracker.check_unmutated(state, "grow", {"blob"})  # returned: not a mutation
+    new = apply_output(State, state, {"blob": state.blob})
+    assert new.blob is state.blob  # as given
+    dumped = tracker.encode(new, "grow", {"blob"})
+    assert dumped["blob"] == ["a", "b"] and tracker.dirty == {"blob"}
+
+
+def test_a_stored_snapshots_steps_count_each_id_once_and_a_driver_resuming_from_it_reads_them():
+    """A checkpoint's step map (``LayeredSteps``: the levels a run's driver
+    handed over) counts each step id once, the newest record winning; the
+    working map a driver resumes from it with (``StepRecords``) reads,
+    counts and lists the same records, and writes go on top."""
+    from desktop_app.flow.state import LayeredSteps, StepRecords
+    from desktop_app.store.records import StepRecord
+
+    old, new, other = (
+        StepRecord("a", "failed", attempts=1),
+        StepRecord("a", "completed", attempts=2),
+        StepRecord("b", "completed"),
+    )
+    stored = LayeredSteps({"a": old}, {"a": new, "b": other})
+    assert len(stored) == 2 and list(stored) == ["a", "b"] and stored["a"] is new
+    working = StepRecords(stored)
+    assert len(working) == 2 and working["a"] is new and "b" in working
+    working["c"] = StepRecord("c", "in_progress")
+    assert sorted(working) == ["a", "b", "c"] and working.dirty == {"c"}
