@@ -1439,8 +1439,8 @@ class Engine:
             if withdraw is None:
                 end(run_id, status, why, now)
                 return Withdrawal([], [])
-            # the store that has end_unreadable (SQLite) has this too: both
-            # in one transaction
+            # the stores that have end_unreadable (SQLite, PostgreSQL) have
+            # this too: both in one transaction
             ending = getattr(self.store, "end_unreadable_withdrawing")  # noqa: B009
             done: Withdrawal = ending(
                 run_id,

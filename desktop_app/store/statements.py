@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from desktop_app.errors import ENDED_RUN_STATUSES
 from desktop_app.store.records import AgentRun
 
 
@@ -140,6 +141,13 @@ class Statements:
         self.delete_checkpoints_to = f"DELETE FROM checkpoints WHERE run_id={p} AND revision<={p}"
         # -- waits, signals, events --------------------------------------------
         self.delete_waits = f"DELETE FROM waits WHERE run_id={p}"
+        ended = ",".join(f"'{s}'" for s in sorted(ENDED_RUN_STATUSES))
+        #: a live run whose latest checkpoint cannot be read, ended without
+        #: reading it (status, error, updated_at, run_id, scope)
+        self.end_unreadable = (
+            f"UPDATE runs SET status={p}, error={p}, updated_at={t}, lease_owner=NULL, "
+            f"lease_expires_at=NULL WHERE run_id={p} AND scope={p} AND status NOT IN ({ended})"
+        )
         self.insert_wait = (
             "INSERT INTO waits(wait_id, run_id, step_id, kind, name, key, deadline_at, "
             f"created_at) VALUES ({p},{p},{p},{p},{p},{p},{t},{t})"

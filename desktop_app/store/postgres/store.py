@@ -82,7 +82,6 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from desktop_app.errors import (
-    ENDED_RUN_STATUSES,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     CommitUnknownError,
@@ -1312,12 +1311,7 @@ class PostgresCheckpointStore:
     def _end_unreadable_in(
         self, conn: Conn, run_id: str, status: RunStatus, error: str, now: float
     ) -> RunRecord:
-        ended = ",".join(f"'{s}'" for s in sorted(ENDED_RUN_STATUSES))
-        cur = conn.execute(
-            f"UPDATE runs SET status=%s, error=%s, updated_at={ts()}, lease_owner=NULL, "
-            f"lease_expires_at=NULL WHERE run_id=%s AND scope=%s AND status NOT IN ({ended})",
-            (status, no_nul(error), now, run_id, self.scope),
-        )
+        cur = conn.execute(SQL.end_unreadable, (status, no_nul(error), now, run_id, self.scope))
         changed = cur.rowcount == 1
         if changed:
             conn.execute(SQL.delete_waits, (run_id,))

@@ -873,15 +873,10 @@ class SqliteCheckpointStore:
             RunStateError: the run had ended already (nothing was changed).
             StoreError: the database could not be written.
         """
-        from desktop_app.errors import ENDED_RUN_STATUSES, RunStateError
+        from desktop_app.errors import RunStateError
 
-        ended = ",".join(f"'{s}'" for s in sorted(ENDED_RUN_STATUSES))
         with self._write():
-            self.conn.execute(
-                "UPDATE runs SET status=?, error=?, updated_at=?, lease_owner=NULL, "
-                f"lease_expires_at=NULL WHERE run_id=? AND scope=? AND status NOT IN ({ended})",
-                (status, error, now, run_id, self.scope),
-            )
+            self.conn.execute(SQL.end_unreadable, (status, error, now, run_id, self.scope))
             changed = self.conn.changes() == 1
             if changed:
                 self.conn.execute(SQL.delete_waits, (run_id,))
