@@ -516,11 +516,19 @@ TESTS_FOR["desktop_app/flow/replay.py"].append("tests/test_mutation_kills_replay
 # field the model lacks is refused (state.py, the driver's take_output,
 # replay_seed), an outbox intent's last error is kept (failed_intents)
 for _module, _tests in (
-    ("desktop_app/store/rows.py", ["tests/test_deleted_checkpoint.py"]),
+    (
+        "desktop_app/store/rows.py",
+        ["tests/test_deleted_checkpoint.py", "tests/test_mutation_kills_store_damage.py"],
+    ),
     (
         "desktop_app/store/sqlite/store.py",
-        ["tests/test_deleted_checkpoint.py", "tests/test_show_intent_error.py"],
+        [
+            "tests/test_deleted_checkpoint.py",
+            "tests/test_show_intent_error.py",
+            "tests/test_mutation_kills_store_damage.py",
+        ],
     ),
+    ("desktop_app/store/postgres/store.py", ["tests/test_mutation_kills_store_damage.py"]),
     (
         "desktop_app/flow/state.py",
         [

@@ -1,0 +1,121 @@
+"""What a read says of a run whose checkpoint rows were deleted or changed
+outside Flowdesk, on both stores, in process (the CLI tests of S106 see it
+through subprocesses, where mutation testing's mutants do not reach): the
+damaged revision, the newest revision below it to replay, that the row is
+missing, and the run's status (an ended run is not offered a cancel).
+Real SQLite files and a real PostgreSQL server; the rows are deleted or
+changed with the database's own client library, as a person would."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from desktop_app.errors import CheckpointCorruptError
+from desktop_app.flow import Engine
+from tests.damaged_flows import Order, stepper
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database(request: pytest.FixtureRequest, db_path: Path) -> Path | str:
+    if request.param == "sqlite":
+        return db_path
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def _open(db: Path | str) -> Any:
+    if isinstance(db, str):
+        from desktop_app.store.postgres.store import open_postgres_store
+
+        return open_postgres_store(db)
+    from desktop_app.store.sqlite.store import open_store
+
+    return open_store(db)
+
+
+def _sql(db: Path | str, sql: str, *args: object) -> None:
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            pg.execute("SET search_path TO flowdesk")
+            pg.execute(sql.replace("?", "%s"), args)
+        return
+    with sqlite3.connect(db) as conn:
+        conn.execute(sql, args)
+    conn.close()
+
+
+@pytest.fixture
+def runs(database: Path | str) -> Iterator[tuple[Engine, Path | str]]:
+    store = _open(database)
+    try:
+        yield Engine(store, flows=[stepper]), database
+    finally:
+        store.close()
+
+
+def _error(database: Path | str, read: Any) -> CheckpointCorruptError:
+    """The error ``read`` raises on a store opened after the damage (the
+    engine's own store caches the latest checkpoint it wrote)."""
+    store = _open(database)
+    try:
+        with pytest.raises(CheckpointCorruptError) as err:
+            read(store)
+        return err.value
+    finally:
+        store.close()
+
+
+def _said(err: CheckpointCorruptError) -> tuple[int, int | None, bool, str | None]:
+    return err.revision, err.readable, err.missing, err.run_status
+
+
+def test_a_deleted_latest_row_names_itself_and_the_revision_below(runs) -> None:
+    engine, db = runs
+    run = engine.run("stepper", Order(order="a")).run_id  # 0, 1 (count), 2 (the wait)
+    _sql(db, "DELETE FROM checkpoints WHERE run_id=? AND revision=2", run)
+    assert _said(_error(db, lambda s: s.head(run))) == (2, 1, True, "waiting")
+    assert _said(_error(db, lambda s: s.latest(run))) == (2, 1, True, "waiting")
+
+
+def test_a_deleted_snapshot_names_revision_0_from_the_rows_after_it_and_from_the_run(runs) -> None:
+    engine, db = runs
+    run = engine.run("stepper", Order(order="a")).run_id
+    _sql(db, "DELETE FROM checkpoints WHERE run_id=? AND revision=0", run)
+    assert _said(_error(db, lambda s: s.get_checkpoint(run, 1))) == (0, None, True, "waiting")
+    assert _said(_error(db, lambda s: s.head(run))) == (0, None, True, "waiting")
+
+
+def test_a_run_with_no_rows_left_names_its_own_latest_revision(runs) -> None:
+    engine, db = runs
+    run = engine.run("stepper", Order(order="a")).run_id
+    _sql(db, "DELETE FROM checkpoints WHERE run_id=?", run)
+    assert _said(_error(db, lambda s: s.head(run))) == (2, None, True, "waiting")
+
+
+def test_a_changed_row_of_an_ended_run_names_its_status_and_offers_no_cancel(db_path: Path) -> None:
+    """A row changed by hand (SQLite's checksum) read by revision, where the
+    store looks the run's status up itself."""
+    from desktop_app.store.sqlite.store import open_store
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[stepper])
+        run = engine.run("stepper", Order(order="a")).run_id
+        done = engine.resume_with(run, "yes")
+        assert done.status == "completed"
+        latest = store.get_run(run).revision
+    finally:
+        store.close()
+    _sql(
+        db_path, "UPDATE checkpoints SET error='changed' WHERE run_id=? AND revision=?", run, latest
+    )
+    err = _error(db_path, lambda s: s.get_checkpoint(run, latest))
+    assert _said(err) == (latest, latest - 1, False, "completed")
+    assert "cancel" not in str(err) and f"replay the run from revision {latest - 1}" in str(err)
