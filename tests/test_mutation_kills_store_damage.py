@@ -119,3 +119,29 @@ def test_a_changed_row_of_an_ended_run_names_its_status_and_offers_no_cancel(db_
     err = _error(db_path, lambda s: s.get_checkpoint(run, latest))
     assert _said(err) == (latest, latest - 1, False, "completed")
     assert "cancel" not in str(err) and f"replay the run from revision {latest - 1}" in str(err)
+
+
+def test_pruning_onto_a_changed_row_refuses_naming_the_runs_status_and_deletes_nothing(
+    db_path: Path,
+) -> None:
+    """``prune`` folds the oldest revision it keeps into a snapshot; a row
+    of that fold changed by hand is refused as damage (with the ended
+    run's status, so no cancel is offered) and no row is deleted."""
+    from desktop_app.store.sqlite.store import open_store
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[stepper])
+        run = engine.run("stepper", Order(order="a")).run_id
+        assert engine.resume_with(run, "yes").status == "completed"
+        latest = store.get_run(run).revision
+    finally:
+        store.close()
+    _sql(db_path, "UPDATE checkpoints SET error='changed' WHERE run_id=? AND revision=1", run)
+    err = _error(db_path, lambda s: s.prune(run, keep_last_n=latest - 1))  # keeps 2..latest
+    assert _said(err) == (1, 0, False, "completed") and "cancel" not in str(err)
+    store = open_store(db_path)
+    try:
+        assert [i.revision for i in store.history(run)] == list(range(latest + 1))
+    finally:
+        store.close()
