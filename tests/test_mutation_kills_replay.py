@@ -251,3 +251,24 @@ def test_a_wait_step_visited_again_after_the_move_waits_anew(db_path):
     assert again.wait_id != f"{rid}:ok:0"
     assert engine.resume_with(rid, "two").status == "completed"
     engine.store.close()
+
+
+def test_a_replay_of_a_run_of_another_mode_of_the_flow_uses_that_mode(db_path):
+    """A run recorded under a mode of the flow (``register_variant``, as
+    ``digest --model``) is replayed with that mode, not refused as a run of
+    another version."""
+    mode = flow("mode", extra=True)
+    store = open_store(db_path)
+    try:
+        first = Engine(store, flows=[mode], clock=ManualClock()).run(mode, S())
+        assert first.status == "waiting"
+        engine = Engine(store, flows=[flow("plain")], clock=ManualClock())
+        engine.register_variant("ctx", mode.version, lambda: flow("mode", extra=True))
+        again = engine.replay(f"{first.run_id}:1")
+        assert (
+            again.status == "waiting" and store.get_run(again.run_id).flow_version == mode.version
+        )
+        done = engine.resume_with(again.run_id, "yes")
+        assert done.status == "completed" and done.state.n == 11  # the mode's extra step ran
+    finally:
+        store.close()

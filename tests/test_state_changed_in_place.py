@@ -141,3 +141,27 @@ def test_a_field_changed_in_place_and_returned_is_stored(db_path: Path, check: b
         assert (stored["items"], stored["blob"]) == ([1, 77, 3], {"k": ["x", "y"]})
     finally:
         store.close()
+
+
+def test_check_state_also_catches_a_change_in_place_in_a_retried_attempt(db_path: Path) -> None:
+    """Each retry starts from the stored state with a tracker of its own;
+    under ``check_state`` that one is as strict as the first: an attempt
+    that raised, then one that changed a list item in place, fails the step
+    with nothing stored."""
+    attempts: list[int] = []
+
+    def flaky(s: S) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("a first attempt that fails")
+        s.items[0] = "CHANGED"
+
+    flow = FlowBuilder("inplace", S, retry=1).step("change", flaky).chain().compile()
+    store = open_store(db_path)
+    try:
+        done = Engine(store, flows=[flow], check_state=True).run("inplace", S())
+        assert len(attempts) == 2
+        assert done.status == "failed" and "in place" in (done.error or ""), done.error
+        assert store.latest(done.run_id).state["items"] == ["a"]
+    finally:
+        store.close()
