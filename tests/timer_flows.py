@@ -88,3 +88,21 @@ FLOWS_ENV = (
     '["tests.timer_flows:napper", "tests.timer_flows:asker", '
     '"tests.timer_flows:slow_asker", "tests.timer_flows:approver"]'
 )
+
+#: the limited run's own deadline (seconds from its creation): before its timer
+LIMIT_S = 2
+
+#: ``limited``: ``a`` counts 1, sleeps an hour, ``b`` counts 2; the run's own
+#: deadline (``deadline_s``) falls long before the timer
+limited = (
+    FlowBuilder("limited", Order, inputs=("order",), deadline_s=LIMIT_S)
+    .step("a", bump)
+    .sleep("nap", 3600)
+    .step("b", bump)
+    .chain("a", "nap")
+    .chain("nap", "b")
+    .finish("b")
+    .compile()
+)
+
+LIMITED_ENV = '["tests.timer_flows:limited"]'

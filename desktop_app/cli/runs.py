@@ -29,12 +29,14 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
+    after_run_deadline,
     agent_next,
     agent_wait_lines,
     agent_waits,
     answer_choices,
     answer_type,
     refused_lines,
+    run_deadline_lines,
     signal_type,
     too_late,
     too_late_lines,
@@ -625,6 +627,9 @@ def cmd_show(ctx: Ctx) -> int:
         if not cannot_continue(run.error):
             then = "" if first is None else f"{first}; then "
             _say(f"failed: {then}resume with: {ctx.hints.cmd(f'resume {run.run_id}')}")
+    if moved is None and stuck is None:  # else nothing here moves it (said above)
+        for line in run_deadline_lines(ctx.hints, run, now):
+            print(line)
     if cp.waits or run.status == "waiting":
         print("waits for:")
         lines = wait_lines(
@@ -1299,6 +1304,9 @@ def cmd_waiting(ctx: Ctx) -> int:
         if stuck:
             show = ctx.hints.cmd(f"show {run.run_id}")
             print(f"  stuck: its flow changed since it started; `{show}` says what works")
+        if not stuck:
+            for line in run_deadline_lines(ctx.hints, run, now, indent="  "):
+                print(line)
         waits = run_waits[run.run_id]
         if not waits and run.error:
             hint = ctx.hints.cmd(f"resume {run.run_id}")
@@ -1314,6 +1322,11 @@ def cmd_waiting(ctx: Ctx) -> int:
                 ""
                 if w.deadline_at is None
                 else f"  deadline {due_in(w.deadline_at, now)} ({iso(w.deadline_at)})"
+                + (
+                    ", after the run's own: it times out first"
+                    if after_run_deadline(run, w)
+                    else ""
+                )
             )
             print(f"  {w.wait_id}  {what}{due}")
             if too_late(w, now) and not stuck:

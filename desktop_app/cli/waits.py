@@ -227,6 +227,8 @@ def wait_lines(
         if w.deadline_at is not None:
             label = "fires" if w.kind == "timer" else "deadline"
             lines.append(f"    {label} {local_and_utc(w.deadline_at, now)}")
+            if after_run_deadline(run, w):
+                lines.append("    after the run's own deadline (above): the run times out first")
         if moved:
             lines.append(MOVED_WAIT)
             continue
@@ -294,6 +296,43 @@ TOO_LATE_SENT = (
     "(`flowdesk resume`, a running `flowdesk agent` or the app) completes it with one "
     "sent in time that no process has delivered yet, else times the run out"
 )
+
+
+#: what happens to a live run whose own deadline (``FlowBuilder(deadline_s=...)``)
+#: passed: whatever it waits for, its next wake-up ends it
+RUN_TOO_LATE = (
+    "its deadline passed, so the next wake-up (`flowdesk resume`, a running "
+    "`flowdesk agent` or the app) times the run out, whatever it waits for"
+)
+#: a run's statuses its own deadline still applies to
+_DEADLINE_APPLIES = ("pending", "running", "waiting", "failed")
+
+
+def run_deadline_lines(hints: Hints, run: Any, now: float, indent: str = "") -> list[str]:
+    """``show``'s and ``waiting``'s lines for the own deadline of ``run`` (a
+    ``RunRecord``; ``deadline_at``, UTC epoch seconds) while it applies:
+    when it falls, and that the run times out then whatever it waits for;
+    once passed, that its next wake-up times it out, with the command that
+    does it now (``resume RUN``). ``[]`` for a run with no deadline or one
+    that ended. ``indent``: put before every line."""
+    deadline = getattr(run, "deadline_at", None)
+    if deadline is None or run.status not in _DEADLINE_APPLIES:
+        return []
+    said = f"{indent}run deadline {local_and_utc(deadline, now)}"
+    if now < deadline:
+        return [f"{said}: the run times out then, whatever it waits for"]
+    return [
+        said,
+        f"{indent}  {RUN_TOO_LATE}",
+        f"{indent}  time it out now with: {hints.cmd(f'resume {run.run_id}')}",
+    ]
+
+
+def after_run_deadline(run: Any, wait: Any) -> bool:
+    """Whether ``wait``'s deadline (or timer) falls after the own deadline of
+    ``run``: the run times out first, so the wait never fires or expires."""
+    deadline = getattr(run, "deadline_at", None)
+    return deadline is not None and wait.deadline_at is not None and wait.deadline_at > deadline
 
 
 def too_late(wait: Any, now: float) -> bool:

@@ -45,7 +45,7 @@ from desktop_app.flow.clock import Clock, default_clock, trusted_now
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow, WaitStep
 from desktop_app.flow.driver import RunDriver
-from desktop_app.flow.events import EventBus
+from desktop_app.flow.events import EventBus, RunFinished
 from desktop_app.flow.outbox import (
     CANCELED,
     CANCELED_AFTER_END,
@@ -900,9 +900,11 @@ class Engine:
             self._wake_waiting(driver)
             return self._go_on(driver)
 
-    @staticmethod
-    def _wake_waiting(driver: RunDriver) -> None:
-        """Deliver, time out, or keep waiting (``waiting.wake``).
+    def _wake_waiting(self, driver: RunDriver) -> None:
+        """Deliver, time out, or keep waiting (``waiting.wake``). A wake that
+        ended the run (its own deadline, or a wait's that has no timeout
+        step) publishes :class:`RunFinished` as a driven run's end does: no
+        step loop runs after it to publish it.
 
         Raises:
             RunStateError: another process canceled the run between its read
@@ -917,6 +919,8 @@ class Engine:
                 f"run {driver.run_id} was canceled a moment ago by another process; "
                 "nothing was delivered"
             ) from None
+        if driver.status == "timed_out" and self.events.listening:
+            self.events.publish(RunFinished(driver.run_id, driver.status, driver.error))
 
     def tick(
         self,
