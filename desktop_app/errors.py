@@ -18,13 +18,14 @@ from desktop_app.textsafe import one_line, quoted, shell_quote
 from desktop_app.words import plural
 
 
-def iso_utc(ts: float) -> str:
-    """UTC epoch seconds as ISO-8601 UTC to the second (``2026-12-01T11:25:43Z``),
-    the way a time appears in a message a person reads. A time past what
-    :mod:`datetime` can show (a lease set "forever", ``1e12``) is given as
-    its epoch seconds, never an error inside an error message."""
+def iso_utc(ts: float, timespec: str = "seconds") -> str:
+    """UTC epoch seconds as ISO-8601 UTC to the second (``2026-12-01T11:25:43Z``;
+    ``timespec="milliseconds"``: ``…43.120Z``), the way a time appears in a
+    message a person reads. A time past what :mod:`datetime` can show (a
+    lease set "forever", ``1e12``) is given as its epoch seconds, never an
+    error inside an error message."""
     try:
-        return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return datetime.fromtimestamp(ts, UTC).isoformat(timespec=timespec).replace("+00:00", "Z")
     except (ValueError, OverflowError, OSError):
         return f"{ts:.0f} (UTC epoch seconds)"
 

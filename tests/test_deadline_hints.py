@@ -166,7 +166,10 @@ def test_an_answer_that_times_the_run_out_prints_show_and_replay_as_resume_does(
 
     late = flowdesk(db, "answer", run_id, "yes", env=env)
     assert late.returncode == 1, late.stderr
-    assert "timed out before the answer came; the run is now timed_out" in late.stderr
+    assert "timed out before the answer came (its deadline " in late.stderr
+    assert "by the later of this process's clock and the database's); the run is now timed_out" in (
+        late.stderr
+    )
     show = hint(late.stderr, "what it did")
     replay = hint(late.stderr, "run it again from its start, as a new run")
     assert show == f"flowdesk --db {db} show {run_id}"

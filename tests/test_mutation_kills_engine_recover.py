@@ -24,6 +24,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     WaitError,
+    iso_utc,
 )
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
@@ -331,8 +332,11 @@ def test_an_answer_at_the_deadline_is_too_late(db_path):
     clock.advance(60.0)  # exactly the deadline
     with pytest.raises(RunStateError) as err:
         engine.resume_with(rid, "yes")
+    deadline = iso_utc(clock.now(), "milliseconds")  # the answer came exactly at it
     assert str(err.value) == (
-        f"run {rid}: wait {rid}:ok:0 timed out before the answer came; the run is now timed_out"
+        f"run {rid}: wait {rid}:ok:0 timed out before the answer came (its deadline "
+        f"{deadline}, the answer at {deadline} by the later of this process's clock and the "
+        "database's); the run is now timed_out"
     )
     assert engine.store.get_run(rid).status == "timed_out"
     assert engine.get(rid).answer is None

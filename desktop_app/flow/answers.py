@@ -22,6 +22,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunStateError,
     WaitAlreadyResolvedError,
+    iso_utc,
 )
 from desktop_app.flow.context import InterruptRequest, asked_digest
 from desktop_app.flow.definition import AwaitStep
@@ -56,8 +57,10 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
                 f"run {run_id} was canceled a moment ago by another process; nothing was answered"
             ) from None
         raise RunStateError(
-            f"run {run_id}: wait {wait.wait_id} timed out before the answer came; the run "
-            f"is now {driver.status}"
+            f"run {run_id}: wait {wait.wait_id} timed out before the answer came (its "
+            f"deadline {iso_utc(wait.deadline_at, 'milliseconds')}, the answer at "
+            f"{iso_utc(now, 'milliseconds')} by the later of this process's clock and the "
+            f"database's); the run is now {driver.status}"
         )
     step = driver.flow.steps.get(wait.step_id)
     try:
