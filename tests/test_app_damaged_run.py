@@ -123,3 +123,27 @@ async def test_c_cancels_a_damaged_run_as_its_hint_says(db_path: Path) -> None:
         assert store.get_run(run_id).status == "canceled"
     finally:
         store.close()
+
+
+def test_the_side_panel_of_an_ended_run_names_no_next_step(db_path: Path) -> None:
+    """A tryout: the side panel of a run timed out at its question said
+    ``Next q``: no step comes after a run's end."""
+    from desktop_app.app.widgets.run_summary import summary_text
+    from desktop_app.flow import Engine
+    from desktop_app.flow.clock import ManualClock
+    from tests.timer_flows import ASK_S, Order, asker
+
+    clock = ManualClock()
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[asker], clock=clock)
+        run_id = engine.run("asker", Order(order="o")).run_id
+        waiting = summary_text(store.get_run(run_id), store.latest(run_id), None, clock.now())
+        assert "Next     approve" in waiting.plain
+        clock.advance(ASK_S + 1)
+        engine.tick()
+        run, latest = store.get_run(run_id), store.latest(run_id)
+        assert run.status == "timed_out" and latest.frontier == ("approve",)
+        assert "Next" not in summary_text(run, latest, None, clock.now()).plain
+    finally:
+        store.close()

@@ -138,7 +138,7 @@ def summary_text(
         text.append("Elapsed  ", style="bold")
         text.append(f"{duration(now - run.created_at)}\n")
     if checkpoint is not None:
-        if checkpoint.frontier:
+        if checkpoint.frontier and run.status not in ENDED_RUN_STATUSES:  # none comes
             text.append("Next     ", style="bold")
             text.append(", ".join(checkpoint.frontier) + "\n")
         if checkpoint.waits:
