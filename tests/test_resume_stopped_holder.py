@@ -141,7 +141,8 @@ def test_show_of_a_run_held_by_a_stopped_process_says_it_moves_not_and_how_to_co
     said `status running` and nothing else, as for a run moving on. It says
     that process runs nothing now and how to let it go on (text and JSON);
     the printed `kill -CONT`, run as printed, lets the run complete, each
-    step's side effect once, and `show` then says nothing of a holder."""
+    step's side effect once, and `show` then says nothing of a holder. The
+    `runs` table says it too (it said `running` only)."""
     sink, gate = tmp_path / "effects.log", tmp_path / "gate"
     run_id, holder = stopped_mid_step(db_path, sink, gate)
     try:
@@ -154,6 +155,11 @@ def test_show_of_a_run_held_by_a_stopped_process_says_it_moves_not_and_how_to_co
         assert said in shown.stdout.splitlines(), shown.stdout
         as_json = flowdesk(db_path, "show", run_id, "--output", "json", env=ENV)
         assert json.loads(as_json.stdout)["holder_stopped"] == holder.pid, as_json.stdout
+        # the runs table (a tryout: it said `running` only) and its JSON
+        [row] = [x for x in flowdesk(db_path, "runs", env=ENV).stdout.splitlines() if run_id in x]
+        assert row.endswith(f"  · its process {holder.pid} is stopped (see show)"), row
+        [listed] = json.loads(flowdesk(db_path, "runs", "-o", "json", env=ENV).stdout)
+        assert listed["holder_stopped"] == holder.pid
         command = re.search(r"`(kill -CONT \d+)`", shown.stdout)
         assert command is not None
         gate.touch()

@@ -101,12 +101,15 @@ def flow_row(
     outbox intents not delivered yet (``Outbox.undelivered_intents``), of
     which ``sending`` have begun (``Outbox.sending_intents``): ``being_made``
     of those by a live process (owner id -> how many,
-    :func:`~desktop_app.runs_view.sending_split`), the rest may have been made."""
+    :func:`~desktop_app.runs_view.sending_split`), the rest may have been made;
+    ``holder_stopped`` the pid of its lease holder when that is a stopped
+    process of this host (Ctrl-Z: it runs nothing until continued), else null."""
+    shown = display_status(r, now)
     return {
         "kind": "flow",
         "run_id": r.run_id,
         "flow": r.flow_name,
-        "status": display_status(r, now),
+        "status": shown,
         "stored_status": r.status,
         "progress": list(r.progress) if r.progress else None,
         "created_at": iso(r.created_at),
@@ -120,6 +123,7 @@ def flow_row(
         "undelivered": undelivered,
         "sending": sending,
         "being_made": dict(being_made or {}),
+        "holder_stopped": stopped_holder(r) if shown in ("running", "pending") else None,
     }
 
 
@@ -213,6 +217,11 @@ def cmd_runs(ctx: Ctx) -> int:
             + (f"  · {making_said}" if making_said else "")
             + (f"  · {unsettled}" if unsettled else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
+            + (
+                f"  · its process {row['holder_stopped']} is stopped (see show)"
+                if row.get("holder_stopped")
+                else ""
+            )
             + (
                 "  · its flow changed since it started (see show)"
                 if row["kind"] == "flow" and row["run_id"] in changed and row["status"] != MOVED
@@ -544,8 +553,6 @@ def cmd_show(ctx: Ctx) -> int:
             {
                 **flow_row(run, now, undelivered, sending, being_made),
                 "flow_version": run.flow_version,
-                # the pid of its lease holder when that is a stopped process here, or null
-                "holder_stopped": held_still,
                 # withdrawn mid-send, never looked up: made or not, no one knows
                 "unknown_outcome": [_intent_json(i) for i in unknown],
                 "moved": moved,
