@@ -424,13 +424,13 @@ class RunDetailScreen(Screen[None]):
         self._load_history()
         if isinstance(checkpoint, CheckpointDecodeError):  # the header says what works
             self.latest = None
-            return
-        self.latest = checkpoint
-        self._remember(checkpoint)
-        self.query_one(StepsTable).show(checkpoint)
-        self.query_one(WaitsTable).show(checkpoint.waits, self.now())
-        self._show_graph(run, checkpoint)
-        self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
+        else:
+            self.latest = checkpoint
+            self._remember(checkpoint)
+            self.query_one(StepsTable).show(checkpoint)
+            self.query_one(WaitsTable).show(checkpoint.waits, self.now())
+            self._show_graph(run, checkpoint)
+            self._set_tab_label("tab-waits", "Waits", len(checkpoint.waits))
         self._outbox_stale = True
         if self.query_one(TabbedContent).active == "tab-outbox":
             self.load_outbox()
