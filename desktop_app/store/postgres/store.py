@@ -1805,9 +1805,8 @@ class PostgresCheckpointStore:
         try:
             return checkpoint_from_rows(run_id, revision, rows)
         except CheckpointCorruptError as exc:  # a row between two others is missing
-            gap = exc.revision
-            below = gap - 1 if gap - 1 >= int(rows[0][0]) else None
-            raise self._missing(conn, run_id, gap, below, run) from None
+            # (the rows before it, from the snapshot on, follow one another)
+            raise self._missing(conn, run_id, exc.revision, exc.revision - 1, run) from None
         except CheckpointNotFoundError:
             if rows:  # those below it follow one another (else the gap was named)
                 if not latest:
