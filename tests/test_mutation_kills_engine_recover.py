@@ -604,3 +604,28 @@ def test_recover_ends_on_runs_whose_parents_form_a_cycle(db_path):
         ("q", "completed"),
     ]
     assert calls["c"] == 2
+
+
+def test_an_engine_on_a_file_refuses_to_write_from_a_clock_an_hour_off(db_path, monkeypatch):
+    """An ``Engine`` given no clock checks its process's clock against the
+    file system's (``default_clock``: the store's ``file_system_now``): a
+    clock an hour ahead starts nothing and writes nothing, in process as in
+    the CLI's skew tests."""
+    import time
+    from types import SimpleNamespace
+
+    from desktop_app.errors import ClockSkewError
+    from desktop_app.flow import clock
+
+    store = open_store(db_path)
+    try:
+        # this process's clock an hour ahead (the file system's is the kernel's)
+        ahead = SimpleNamespace(time=lambda: time.time() + 3600, monotonic=time.monotonic)
+        monkeypatch.setattr(clock, "time", ahead)
+        engine = Engine(store, flows=[ask_flow()])
+        with pytest.raises(ClockSkewError):
+            engine.run("ask", S())
+        monkeypatch.undo()
+        assert store.list_runs() == []
+    finally:
+        store.close()
