@@ -540,7 +540,12 @@ for _module, _tests in (
     ("desktop_app/flow/driver.py", ["tests/test_state_changed_in_place.py"]),
     (
         "desktop_app/flow/engine.py",
-        ["tests/test_state_changed_in_place.py", "tests/test_fork_unknown_field.py"],
+        [
+            "tests/test_state_changed_in_place.py",
+            "tests/test_fork_unknown_field.py",
+            # a wake that times a run out publishes its end
+            "tests/test_run_deadline_shown.py",
+        ],
     ),
     ("desktop_app/flow/replay.py", ["tests/test_fork_unknown_field.py"]),
 ):
