@@ -59,10 +59,14 @@ def local_and_utc(ts: float) -> str:
         return f"{ts:.3f} (UTC epoch seconds)"
     utc = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     try:
-        local = f"{moment.astimezone():%Y-%m-%d %H:%M:%S %Z}"
+        here = moment.astimezone()
     except (ValueError, OverflowError, OSError):
         return f"{utc} (UTC)"
-    return f"{local} (local), {utc} (UTC)"
+    zone, offset = f"{here:%Z}", here.utcoffset()
+    if zone in ("UTC", "GMT") and offset:  # a POSIX TZ such as UTC+3 names its zone UTC
+        z = f"{here:%z}"  # -0300
+        zone = f"UTC{z[:3]}:{z[3:5]}"
+    return f"{here:%Y-%m-%d %H:%M:%S} {zone} (local), {utc} (UTC)"
 
 
 def step_status_text(step: str, run: str) -> str:

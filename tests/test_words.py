@@ -49,3 +49,30 @@ def test_listing_joins_with_commas_and_a_final_and() -> None:
         "a and b",
         "a, b and c",
     ]
+
+
+@pytest.mark.parametrize(
+    ("tz", "local"),
+    [
+        ("UTC", "2026-12-07 10:14:57 UTC (local)"),
+        ("Asia/Kolkata", "2026-12-07 15:44:57 IST (local)"),
+        # a POSIX TZ names its zone UTC whatever its offset (a tryout: two
+        # different times both read "UTC"): the offset is given instead
+        ("UTC+3", "2026-12-07 07:14:57 UTC-03:00 (local)"),
+        ("GMT-5", "2026-12-07 15:14:57 UTC+05:00 (local)"),
+    ],
+)
+def test_a_moment_names_its_local_zone_by_a_name_that_tells_it_from_utc(
+    tz: str, local: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from desktop_app.words import local_and_utc
+
+    monkeypatch.setenv("TZ", tz)
+    time.tzset()
+    try:
+        assert local_and_utc(1796638497.0) == f"{local}, 2026-12-07T10:14:57.000Z (UTC)"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
