@@ -38,17 +38,21 @@ def _open(db: Path | str) -> Any:
     return open_store(db)
 
 
-def _sql(db: Path | str, sql: str, *args: object) -> None:
+def _sql(db: Path | str, sql: str, *args: object) -> list[tuple[Any, ...]]:
+    """``sql`` (``?`` placeholders) with the database's own client library:
+    the rows it returns (``[]`` for a change)."""
     if isinstance(db, str):
         import psycopg
 
         with psycopg.connect(db, autocommit=True) as pg:
             pg.execute("SET search_path TO flowdesk")
-            pg.execute(sql.replace("?", "%s"), args)
-        return
+            cur = pg.execute(sql.replace("?", "%s"), args)
+            return cur.fetchall() if cur.description else []
     with sqlite3.connect(db) as conn:
-        conn.execute(sql, args)
+        cur = conn.execute(sql, args)
+        rows = cur.fetchall() if cur.description else []
     conn.close()
+    return rows
 
 
 @pytest.fixture
@@ -143,5 +147,45 @@ def test_pruning_onto_a_changed_row_refuses_naming_the_runs_status_and_deletes_n
     store = open_store(db_path)
     try:
         assert [i.revision for i in store.history(run)] == list(range(latest + 1))
+    finally:
+        store.close()
+
+
+def test_a_damaged_run_is_canceled_or_failed_without_reading_it_and_its_mail_withdrawn(
+    database: Path | str,
+) -> None:
+    """``cancel`` of a run whose latest row was deleted by hand ends it
+    without reading the damaged state: ``canceled`` with the damage named,
+    its queued side effect withdrawn in the same transaction, its waits
+    gone, no checkpoint appended onto the hole; ``fail_run`` of another
+    ends it ``failed`` the same way. A second cancel is refused."""
+    from desktop_app.errors import RunStateError
+    from tests.damaged_flows import sender
+
+    store = _open(database)
+    try:
+        engine = Engine(store, flows=[sender, stepper])
+        mailing = engine.run("sender", Order(order="m")).run_id  # 0, 1 (queue), 2 (the wait)
+        other = engine.run("stepper", Order(order="o")).run_id
+    finally:
+        store.close()
+    for run in (mailing, other):
+        _sql(database, "DELETE FROM checkpoints WHERE run_id=? AND revision=2", run)
+    store = _open(database)
+    try:
+        engine = Engine(store, flows=[sender, stepper])
+        done = engine.cancel_withdrawing(mailing)
+        assert done.run.status == "canceled" and len(done.withdrawn) == 1
+        assert "its checkpoint revision 2 is damaged" in (done.run.error or "")
+        assert store.open_intents(mailing) == []
+        assert [i.revision for i in store.history(mailing)] == [0, 1]  # nothing appended
+        assert _sql(database, "SELECT count(*) FROM waits WHERE run_id=?", mailing) == [(0,)]
+        with pytest.raises(RunStateError):
+            engine.cancel(mailing)
+        failed = engine.fail_run(other, "given up")
+        assert failed.status == "failed" and failed.error == (
+            "given up; its checkpoint revision 2 is damaged"
+        )
+        assert [i.revision for i in store.history(other)] == [0, 1]
     finally:
         store.close()
