@@ -336,7 +336,7 @@ def test_an_answer_at_the_deadline_is_too_late(db_path):
     assert str(err.value) == (
         f"run {rid}: wait {rid}:ok:0 timed out before the answer came (its deadline "
         f"{deadline}, the answer at {deadline} by the later of this process's clock and the "
-        "database's); the run is now timed_out"
+        "database's); the run is now timed_out; nothing was answered"
     )
     assert engine.store.get_run(rid).status == "timed_out"
     assert engine.get(rid).answer is None

@@ -84,3 +84,42 @@ def test_a_wake_that_times_a_run_out_publishes_its_end(db_path: Path) -> None:
         assert store.get_run(run.run_id).status == "timed_out"
     finally:
         store.close()
+
+
+@pytest.mark.scenario("S113")
+def test_past_the_runs_own_deadline_no_answer_is_offered_or_taken(db_path: Path) -> None:
+    """The second tryout: once a run's own deadline passed, `show` still
+    printed `answer with: ...` for its question, and that answer, run as
+    printed, was stored (the question `completed`, its value in the state)
+    before the run timed out. No command is offered for its waits, and an
+    answer is refused with nothing answered: the run times out."""
+    from tests.timer_flows import LIMITED_ASKER_ENV
+
+    env = {"FLOWDESK_FLOWS": LIMITED_ASKER_ENV}
+    started = flowdesk(
+        db_path, "start", "limited_asker", "--input", json.dumps({"order": "o"}), env=env
+    )
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    assert "answer with: " in flowdesk(db_path, "show", run_id, env=env).stdout  # before it
+    time.sleep(LIMIT_S + 0.5)
+
+    shown = flowdesk(db_path, "show", run_id, env=env).stdout
+    assert "answer with: " not in shown, shown
+    assert "    nothing moves it on any more: the run's own deadline passed (above)" in shown
+    [wait] = json.loads(flowdesk(db_path, "show", run_id, "-o", "json", env=env).stdout)["waits"]
+    assert wait["command"] is None
+    listed = flowdesk(db_path, "waiting", env=env).stdout
+    assert "the run's own deadline passed" in listed and "answer with" not in listed
+
+    late = flowdesk(db_path, "answer", run_id, "yes", env=env)
+    assert late.returncode == 1, late.stderr
+    assert f"run {run_id}: its own deadline timed out before the answer came" in late.stderr
+    assert "the run is now timed_out; nothing was answered" in late.stderr
+    store = open_store(db_path)
+    try:
+        latest = store.latest(run_id)
+        assert store.get_run(run_id).status == "timed_out"
+        assert latest.state["approved"] is None and latest.steps["approve"].status != "completed"
+    finally:
+        store.close()

@@ -106,3 +106,16 @@ limited = (
 )
 
 LIMITED_ENV = '["tests.timer_flows:limited"]'
+
+#: ``limited_asker``: asks ``OK?`` with an hour's deadline, then ``b`` counts
+#: 1; the run's own deadline (``deadline_s``) falls long before the question's
+limited_asker = (
+    FlowBuilder("limited_asker", Order, inputs=("order",), deadline_s=LIMIT_S)
+    .await_input("approve", "approved", prompt="OK?", timeout_s=3600)
+    .step("b", bump)
+    .chain("approve", "b")
+    .finish("b")
+    .compile()
+)
+
+LIMITED_ASKER_ENV = '["tests.timer_flows:limited_asker"]'

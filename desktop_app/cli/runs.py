@@ -29,6 +29,7 @@ from desktop_app.cli.output import (
     when,
 )
 from desktop_app.cli.waits import (
+    PAST_RUN_DEADLINE,
     after_run_deadline,
     agent_next,
     agent_wait_lines,
@@ -37,6 +38,7 @@ from desktop_app.cli.waits import (
     answer_type,
     refused_lines,
     run_deadline_lines,
+    run_deadline_passed,
     signal_type,
     too_late,
     too_late_lines,
@@ -578,9 +580,10 @@ def cmd_show(ctx: Ctx) -> int:
                     {
                         **_wait_row(w),
                         "choices": choices.get(w.wait_id),  # None: any answer
-                        # null while stuck or moved: no command here moves it on
+                        # null while stuck or moved, or past the run's own
+                        # deadline: no command here moves it on
                         "command": None
-                        if stuck is not None or moved is not None
+                        if stuck is not None or moved is not None or run_deadline_passed(run, now)
                         else wait_command(
                             ctx.hints,
                             run.run_id,
@@ -1336,7 +1339,9 @@ def cmd_waiting(ctx: Ctx) -> int:
                 )
             )
             print(f"  {w.wait_id}  {what}{due}")
-            if too_late(w, now) and not stuck:
+            if run_deadline_passed(run, now) and not stuck:
+                print(PAST_RUN_DEADLINE)
+            elif too_late(w, now) and not stuck:
                 for line in too_late_lines(ctx.hints, run.run_id, w, now):
                     print(line)
     for ar in asking:

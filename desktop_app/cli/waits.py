@@ -235,6 +235,9 @@ def wait_lines(
         if stuck:
             lines.append("    nothing moves the run past it while it is stuck (see above)")
             continue
+        if run_deadline_passed(run, now):  # the run times out: nothing is taken
+            lines.append(PAST_RUN_DEADLINE)
+            continue
         if too_late(w, now):  # `answer` is refused; a signal or event sent now counts not
             lines.extend(too_late_lines(hints, rid, w, now))
             continue
@@ -326,6 +329,19 @@ def run_deadline_lines(hints: Hints, run: Any, now: float, indent: str = "") -> 
         f"{indent}  {RUN_TOO_LATE}",
         f"{indent}  time it out now with: {hints.cmd(f'resume {run.run_id}')}",
     ]
+
+
+def run_deadline_passed(run: Any, now: float) -> bool:
+    """Whether the own deadline of live ``run`` passed at ``now`` (UTC epoch
+    seconds): no answer, signal or timer moves it on any more; its next
+    wake-up times it out (:func:`run_deadline_lines` says so, with the
+    command)."""
+    deadline = getattr(run, "deadline_at", None)
+    return deadline is not None and run.status in _DEADLINE_APPLIES and now >= deadline
+
+
+#: a wait's line once its run's own deadline passed (instead of its command)
+PAST_RUN_DEADLINE = "    nothing moves it on any more: the run's own deadline passed (above)"
 
 
 def after_run_deadline(run: Any, wait: Any) -> bool:

@@ -49,18 +49,23 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
         RevisionConflictError: another process changed the run otherwise.
     """
     run_id = driver.run_id
-    if wait.deadline_at is not None and now >= wait.deadline_at:
+    run_deadline = driver.run.deadline_at
+    late = wait.deadline_at is not None and now >= wait.deadline_at
+    if late or (run_deadline is not None and now >= run_deadline):
         try:
-            wake(driver)
+            wake(driver)  # the run's own deadline first, then the wait's
         except Canceled:
             raise RunStateError(
                 f"run {run_id} was canceled a moment ago by another process; nothing was answered"
             ) from None
+        what = f"wait {wait.wait_id}" if late else "its own deadline"
+        deadline = wait.deadline_at if late else run_deadline
+        assert deadline is not None
         raise RunStateError(
-            f"run {run_id}: wait {wait.wait_id} timed out before the answer came (its "
-            f"deadline {iso_utc(wait.deadline_at, 'milliseconds')}, the answer at "
+            f"run {run_id}: {what} timed out before the answer came (its "
+            f"deadline {iso_utc(deadline, 'milliseconds')}, the answer at "
             f"{iso_utc(now, 'milliseconds')} by the later of this process's clock and the "
-            f"database's); the run is now {driver.status}"
+            f"database's); the run is now {driver.status}; nothing was answered"
         )
     step = driver.flow.steps.get(wait.step_id)
     try:
