@@ -272,3 +272,30 @@ def test_a_replay_of_a_run_of_another_mode_of_the_flow_uses_that_mode(db_path):
         assert done.status == "completed" and done.state.n == 11  # the mode's extra step ran
     finally:
         store.close()
+
+
+def test_a_replay_by_an_engine_that_executes_no_runs_is_saved_pending_for_a_worker(db_path):
+    """The second tryout (the app on PostgreSQL, which executes no runs):
+    a replay was created running and handed back at once, so it read as
+    interrupted ("the process that ran it stopped") until a worker took
+    it. It is saved pending with no lease, as a run such an engine starts,
+    and a worker's engine goes on with it from the checkpoint."""
+    from desktop_app.runs_view import display_status
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[flow("1")], clock=ManualClock())
+        first = engine.run("ctx", S())
+        assert first.status == "waiting"
+        done = engine.resume_with(first.run_id, "yes")
+        assert done.status == "completed" and done.state.n == 1
+        app = Engine(store, flows=[flow("1")], clock=ManualClock(), executes=False)
+        saved = app.replay(f"{first.run_id}:1")  # after prep: the question again
+        run = store.get_run(saved.run_id)
+        assert (saved.status, run.status, run.lease_owner) == ("pending", "pending", None)
+        assert display_status(run, store.now()) == "pending"
+        worker = Engine(store, flows=[flow("1")], clock=ManualClock())
+        assert worker.resume(saved.run_id).status == "waiting"
+        assert worker.resume_with(saved.run_id, "again").state.n == 1  # prep kept, not rerun
+    finally:
+        store.close()

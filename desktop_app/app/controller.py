@@ -291,17 +291,20 @@ class Controller:
             self._say(f"Run {rid} is waiting; select it and press a to see what for.", "warning")
         elif result.status in INTERRUPTED and engine is not None and not engine.executes:
             # PostgreSQL without FLOWDESK_WORKER=1: saved, the workers execute it
-            scope = self._host.settings.scope
-            if scope == "default":
-                self._say(f"Run {rid} is saved; a worker (flowdesk agent) executes it.")
-            else:  # only a worker of that scope takes it: say which, and how to start one
-                agent = self._host.hints.cmd("agent")
-                self._say(
-                    f"Run {rid} is saved; a worker of scope {scope!r} executes it "
-                    f"(`{agent}` starts one)."
-                )
+            self._say(f"Run {rid} {self._saved_for_a_worker()}")
         else:
             self._say(f"Run {rid} is {result.status}", "warning")
+
+    def _saved_for_a_worker(self) -> str:
+        """What follows "Run R" for a run saved for the workers to execute
+        (PostgreSQL without ``FLOWDESK_WORKER=1``): which worker takes it, and
+        how to start one of another scope."""
+        scope = self._host.settings.scope
+        if scope == "default":
+            return "is saved; a worker (flowdesk agent) executes it."
+        # only a worker of that scope takes it: say which, and how to start one
+        agent = self._host.hints.cmd("agent")
+        return f"is saved; a worker of scope {scope!r} executes it (`{agent}` starts one)."
 
     # -- replay and fork -----------------------------------------------------
 
@@ -352,7 +355,12 @@ class Controller:
             done = "forked" if fork else "replayed"
             status = result.status + (f": {result.error}" if result.error else "")
             severity: SeverityLevel = "error" if result.status == "failed" else "information"
-            self._say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
+            engine = self._host.engine
+            if result.status == "pending" and engine is not None and not engine.executes:
+                status = f"run {short_id(new_id)} {self._saved_for_a_worker()}"
+                self._say(f"Checkpoint {rev} {done} as {status}")
+            else:
+                self._say(f"Checkpoint {rev} {done} as run {short_id(new_id)} ({status})", severity)
         self._app.post_message(RunChanged(new_id))
         reply_to.post_message(BranchFinished(new_id, result is not None))
 

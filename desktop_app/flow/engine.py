@@ -1516,7 +1516,11 @@ class Engine:
         return self._drive(seed.flow, *made)
 
     def _create_from(self, seed: Seed, run_id: str | None) -> Made:
-        """Create the run ``seed`` describes, leased to this engine and running."""
+        """Create the run ``seed`` describes, leased to this engine and
+        running; ``pending`` with no lease on an engine that executes no
+        runs (``executes=False``: a worker takes it, as a run it starts; a
+        running run handed back at once read as interrupted, "the process
+        that ran it stopped")."""
         return self._create(
             seed.flow,
             seed.state,
@@ -1524,7 +1528,7 @@ class Engine:
             context=seed.context,
             flow_key=None,
             parent_run_id=seed.parent_run_id,
-            running=True,
+            running=self.executes,
             frontier=seed.frontier,
             steps=seed.steps,
             meta=seed.meta,
