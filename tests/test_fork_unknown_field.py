@@ -96,13 +96,10 @@ CUSTOMER = FlowBuilder("customer", Customer).step("a", lambda s: {}).compile()
 @pytest.mark.parametrize(
     ("changes", "said"),
     [
-        ({"address": {"zip_cod": "1"}}, "'address.zip_cod' (did you mean 'address.zip_code'?)"),
-        (
-            {"previous": [{}, {"stret": "x"}]},
-            "'previous[1].stret' (did you mean 'previous[1].street'?)",
-        ),
-        ({"billing": {"zipcode": "1"}}, "'billing.zipcode' (did you mean 'billing.zip_code'?)"),
-        ({"by_kind": {"home": {"town": "x"}}}, "\"by_kind['home'].town\""),
+        ({"address": {"zip_cod": "1"}}, "at 'address', has no field 'zip_cod'"),
+        ({"previous": [{}, {"stret": "x"}]}, "at 'previous[1]', has no field 'stret'"),
+        ({"billing": {"zipcode": "1"}}, "at 'billing', has no field 'zipcode'"),
+        ({"by_kind": {"home": {"town": "x"}}}, "at \"by_kind['home']\", has no field 'town'"),
     ],
     ids=["model", "list of models", "optional model", "dict of models"],
 )
@@ -125,9 +122,10 @@ def test_an_unknown_field_inside_a_nested_model_is_refused_too(
         ):
             with pytest.raises(InputError) as err:
                 attempt()
-            assert f"Address has no field {said}; its fields: street, zip_code. Nothing was " in (
-                str(err.value)
-            )
+            assert str(err.value).startswith(f"Address, {said}"), err.value
+            assert str(err.value).endswith("; its fields: street, zip_code. Nothing was created.")
+            if "zip_cod" in said:
+                assert "has no field 'zip_cod' (did you mean 'zip_code'?)" in str(err.value)
         assert len(store.list_runs()) == 1
         forked = engine.fork(f"{done.run_id}:0", {"tags": {"main": "a", "extra": "kept"}})
         assert forked.state.tags.model_dump() == {"main": "a", "extra": "kept"}

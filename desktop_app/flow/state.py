@@ -124,7 +124,8 @@ def refuse_unknown_fields(model: type[BaseModel], data: Any, where: str = "") ->
     as a model (or an optional one, or a list, tuple, set or dict of
     them) given as a mapping, unless that nested model keeps extra keys
     (``extra="allow"``: they are stored with it). ``where``: the path of
-    ``data`` in the input (``"address."``), for the message.
+    ``data`` in the input (``"address."``), named by the message
+    (``Address, at 'address', has no field 'zip_cod' ...``).
 
     Raises:
         InputError: naming the unknown keys (with their path), the nearest
@@ -142,9 +143,10 @@ def refuse_unknown_fields(model: type[BaseModel], data: Any, where: str = "") ->
     unknown = [str(k) for k in data if k not in by_key]
     if unknown:
         near = difflib.get_close_matches(unknown[0], list(fields), n=1)
+        at = f", at {where[:-1]!r}," if where else ""  # a nested model: where it is
         raise InputError(
-            f"{model.__name__} has no field {', '.join(repr(where + k) for k in unknown)}"
-            + (f" (did you mean {where + near[0]!r}?)" if near else "")
+            f"{model.__name__}{at} has no field {', '.join(repr(k) for k in unknown)}"
+            + (f" (did you mean {near[0]!r}?)" if near else "")
             + f"; its fields: {', '.join(fields) or 'none'}. Nothing was created."
         )
     for key, value in data.items():
