@@ -147,3 +147,36 @@ def test_the_side_panel_of_an_ended_run_names_no_next_step(db_path: Path) -> Non
         assert "Next" not in summary_text(run, latest, None, clock.now()).plain
     finally:
         store.close()
+
+
+def test_the_hint_of_a_damaged_run_that_ended_offers_no_cancel(db_path: Path) -> None:
+    """A completed run whose latest row was changed: its side panel names
+    the revision to replay and offers no cancel (c refuses an ended run)."""
+    from desktop_app.app.widgets.run_summary import latest_or_damage, summary_text
+    from desktop_app.flow import Engine
+    from tests.damaged_flows import Order
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[stepper])
+        run_id = engine.run("stepper", Order(order="a")).run_id
+        assert engine.resume_with(run_id, "yes").status == "completed"
+        latest = store.get_run(run_id).revision
+    finally:
+        store.close()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            "UPDATE checkpoints SET error='x' WHERE run_id=? AND revision=?", (run_id, latest)
+        )
+    conn.close()
+    store = open_store(db_path)
+    try:
+        run = store.get_run(run_id)
+        said = flat(summary_text(run, latest_or_damage(store, run_id), None, run.updated_at).plain)
+        assert (
+            f"its checkpoint at revision {latest} was changed outside Flowdesk: open the run"
+            in said
+        )
+        assert f"select revision {latest - 1} in Checkpoints" in said and "cancel" not in said
+    finally:
+        store.close()

@@ -114,7 +114,7 @@ def test_past_the_runs_own_deadline_no_answer_is_offered_or_taken(db_path: Path)
 
     late = flowdesk(db_path, "answer", run_id, "yes", env=env)
     assert late.returncode == 1, late.stderr
-    assert f"run {run_id}: its own deadline timed out before the answer came" in late.stderr
+    assert f"run {run_id}: its own deadline passed before the answer came" in late.stderr
     assert "the run is now timed_out; nothing was answered" in late.stderr
     store = open_store(db_path)
     try:

@@ -58,11 +58,11 @@ def give_answer(driver: WaitRunner, store: RunLog, wait: Wait, value: Any, now: 
             raise RunStateError(
                 f"run {run_id} was canceled a moment ago by another process; nothing was answered"
             ) from None
-        what = f"wait {wait.wait_id}" if late else "its own deadline"
+        what = f"wait {wait.wait_id} timed out" if late else "its own deadline passed"
         deadline = wait.deadline_at if late else run_deadline
-        assert deadline is not None
+        assert deadline is not None  # one of the two is set and passed
         raise RunStateError(
-            f"run {run_id}: {what} timed out before the answer came (its "
+            f"run {run_id}: {what} before the answer came (its "
             f"deadline {iso_utc(deadline, 'milliseconds')}, the answer at "
             f"{iso_utc(now, 'milliseconds')} by the later of this process's clock and the "
             f"database's); the run is now {driver.status}; nothing was answered"

@@ -65,7 +65,7 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
-from desktop_app.errors import CheckpointDecodeError, FlowdeskError
+from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointDecodeError, FlowdeskError
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
 from desktop_app.runs_view import (
@@ -130,7 +130,8 @@ def header_text(
     if status == INTERRUPTED:
         text.append(f" — {interrupted_hint(run, engine, damage, opened=True)}")
     elif damage is not None:
-        text.append(f" — {damaged_hint(damage, opened=True)}", style="red")
+        ended = run.status in ENDED_RUN_STATUSES
+        text.append(f" — {damaged_hint(damage, opened=True, ended=ended)}", style="red")
     elif status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
         text.append(f" — {stopped_holder_words(pid)}", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)

@@ -45,18 +45,24 @@ def interrupted_hint(
     return CHANGED_HINT if changed else RESUME_HINT
 
 
-def damaged_hint(damage: CheckpointDecodeError, *, opened: bool = False) -> str:
+def damaged_hint(
+    damage: CheckpointDecodeError, *, opened: bool = False, ended: bool | None = None
+) -> str:
     """What the app says of a run whose latest checkpoint cannot be read
     (``damage``: changed or deleted outside Flowdesk, or no longer fitting
     the state model): the keys that work on it, the app's form of the
     commands ``show`` prints (the run's checkpoints, p to replay and f to
     fork an intact earlier revision, c to cancel; r and a refuse it).
-    ``opened``: said in the run's own screen (no "open the run" first)."""
+    ``opened``: said in the run's own screen (no "open the run" first);
+    ``ended``: the run ended, so no cancel is offered (``None``: as the
+    error's ``run_status`` says, when it has one)."""
+    if ended is None:
+        ended = getattr(damage, "run_status", None) in ENDED_RUN_STATUSES
     said = f"its checkpoint at revision {damage.revision} "
     if not isinstance(damage, CheckpointCorruptError):  # every revision is read by one model
         return (
             said + "no longer fits its flow's state model: change the model back to what "
-            "the run stored, or press c to cancel the run"
+            "the run stored" + ("" if ended else ", or press c to cancel the run")
         )
     said += "is missing" if damage.missing else "was changed outside Flowdesk"
     keys = []
@@ -66,7 +72,7 @@ def damaged_hint(damage: CheckpointDecodeError, *, opened: bool = False) -> str:
             + f"select revision {damage.readable} in Checkpoints and press p to replay "
             "from it or f to fork it"
         )
-    if damage.run_status not in ENDED_RUN_STATUSES:
+    if not ended:
         keys.append("press c to cancel the run")
     return said + (": " + ", or ".join(keys) if keys else "")
 
@@ -115,7 +121,8 @@ def summary_text(
     text.append(status, style=STATUS_STYLES.get(status, ""))
     text.append(f" — {interrupted_hint(run, engine, damage)}\n" if status == INTERRUPTED else "\n")
     if damage is not None and status != INTERRUPTED:
-        text.append(f"         {damaged_hint(damage)}\n", style="red")
+        ended = run.status in ENDED_RUN_STATUSES
+        text.append(f"         {damaged_hint(damage, ended=ended)}\n", style="red")
     if status in ("running", "pending") and (pid := stopped_holder(run)) is not None:
         text.append(f"         {stopped_holder_words(pid)}\n", style="yellow")
     moved = moved_line(hints or Hints(None, None), run.run_id, run.lease_owner)
