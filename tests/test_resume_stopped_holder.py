@@ -64,6 +64,18 @@ def stopped_mid_step(db_path: Path, sink: Path, gate: Path) -> tuple[str, subpro
     raise AssertionError("the holder held the write lock at each of 100 stops")
 
 
+def continue_as_printed(said: str, gate: Path, holder: subprocess.Popen[str]) -> str:
+    """Open the stopped holder's step (``gate``) and let it go on with the
+    ``kill -CONT PID`` that ``said`` prints, run as printed; its stderr
+    once it has exited."""
+    command = re.search(r"`(kill -CONT \d+)`", said)
+    assert command is not None, said
+    gate.touch()
+    subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
+    _, err = holder.communicate(timeout=60)
+    return err
+
+
 @pytest.mark.scenario("S112")
 def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
     db_path: Path, tmp_path: Path
@@ -78,11 +90,7 @@ def test_resume_of_a_run_held_by_a_stopped_process_says_how_to_continue_it(
             f"resume it with `kill -CONT {holder.pid}` (or `fg` in its shell)"
         )
         assert said in refused.stderr, refused.stderr
-        command = re.search(r"`(kill -CONT \d+)`", refused.stderr)
-        assert command is not None
-        gate.touch()
-        subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
-        _, err = holder.communicate(timeout=60)
+        err = continue_as_printed(refused.stderr, gate, holder)
         assert holder.returncode == 0, err
     finally:
         if holder.poll() is None:
@@ -119,11 +127,7 @@ def test_cancel_of_a_run_held_by_a_stopped_process_says_its_step_in_flight_ends(
             )
             in said
         ), said
-        command = re.search(r"`(kill -CONT \d+)`", said)
-        assert command is not None
-        gate.touch()
-        subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
-        holder.communicate(timeout=60)
+        continue_as_printed(said, gate, holder)
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -160,11 +164,7 @@ def test_show_of_a_run_held_by_a_stopped_process_says_it_moves_not_and_how_to_co
         assert row.endswith(f"  · its process {holder.pid} is stopped (see show)"), row
         [listed] = json.loads(flowdesk(db_path, "runs", "-o", "json", env=ENV).stdout)
         assert listed["holder_stopped"] == holder.pid
-        command = re.search(r"`(kill -CONT \d+)`", shown.stdout)
-        assert command is not None
-        gate.touch()
-        subprocess.run(shlex.split(command.group(1)), check=True)  # as printed
-        _, err = holder.communicate(timeout=60)
+        err = continue_as_printed(shown.stdout, gate, holder)
         assert holder.returncode == 0, err
     finally:
         if holder.poll() is None:
