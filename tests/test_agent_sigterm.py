@@ -473,7 +473,11 @@ def test_an_exit_at_the_second_signal_names_every_run_it_leaves_and_their_comman
     try:
         kept, left = (submit(str(db), sink, gate) for sink, gate in zip(sinks, gates, strict=True))
         for sink in sinks:
-            wait_for(lambda s=sink: ["begin", "s1", "1", str(a.pid)] in lines(s), "s1 not begun")
+            try:
+                wait_for(lambda s=sink: ["begin", "s1", "1", str(a.pid)] in lines(s), "s1")
+            except AssertionError as exc:  # what the agent said (one CI run, once: never begun)
+                said = f"{sink.name}: s1 not begun; the agent said {a.text()!r}"
+                raise AssertionError(said) from exc
         a.popen.send_signal(signal.SIGTERM)
         wait_for(lambda: "SIGTERM, stopping" in a.text(), "a never heard SIGTERM")
         gates[1].touch()  # its step ends: the run is stopped before its next step
