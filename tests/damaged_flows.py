@@ -7,6 +7,8 @@ checkpoint was damaged on disk and of answers given on a full disk.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel
 
 from desktop_app.flow import FlowBuilder
@@ -75,3 +77,20 @@ class Kid(BaseModel):
 kid = FlowBuilder("kid", Kid).step("one", lambda s: {"n": s.n + 1}).compile()
 
 KID_ENV = '["tests.damaged_flows:kid"]'
+
+
+def completed_stepper(db: Path) -> tuple[str, int]:
+    """A ``stepper`` run answered ``yes`` and completed on the SQLite file
+    ``db`` (a ``Path``, schema applied): its id and its latest revision,
+    for the tests that then change one of its rows by hand."""
+    from desktop_app.flow import Engine
+    from desktop_app.store.sqlite.store import open_store
+
+    store = open_store(db)
+    try:
+        engine = Engine(store, flows=[stepper])
+        run_id = engine.run("stepper", Order(order="a")).run_id
+        assert engine.resume_with(run_id, "yes").status == "completed"
+        return run_id, store.get_run(run_id).revision
+    finally:
+        store.close()

@@ -153,17 +153,9 @@ def test_the_hint_of_a_damaged_run_that_ended_offers_no_cancel(db_path: Path) ->
     """A completed run whose latest row was changed: its side panel names
     the revision to replay and offers no cancel (c refuses an ended run)."""
     from desktop_app.app.widgets.run_summary import latest_or_damage, summary_text
-    from desktop_app.flow import Engine
-    from tests.damaged_flows import Order
+    from tests.damaged_flows import completed_stepper
 
-    store = open_store(db_path)
-    try:
-        engine = Engine(store, flows=[stepper])
-        run_id = engine.run("stepper", Order(order="a")).run_id
-        assert engine.resume_with(run_id, "yes").status == "completed"
-        latest = store.get_run(run_id).revision
-    finally:
-        store.close()
+    run_id, latest = completed_stepper(db_path)
     with sqlite3.connect(db_path) as conn:
         conn.execute(
             "UPDATE checkpoints SET error='x' WHERE run_id=? AND revision=?", (run_id, latest)

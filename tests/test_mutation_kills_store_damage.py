@@ -17,7 +17,7 @@ import pytest
 
 from desktop_app.errors import CheckpointCorruptError
 from desktop_app.flow import Engine
-from tests.damaged_flows import Order, stepper
+from tests.damaged_flows import Order, completed_stepper, stepper
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -106,17 +106,7 @@ def test_a_run_with_no_rows_left_names_its_own_latest_revision(runs) -> None:
 def test_a_changed_row_of_an_ended_run_names_its_status_and_offers_no_cancel(db_path: Path) -> None:
     """A row changed by hand (SQLite's checksum) read by revision, where the
     store looks the run's status up itself."""
-    from desktop_app.store.sqlite.store import open_store
-
-    store = open_store(db_path)
-    try:
-        engine = Engine(store, flows=[stepper])
-        run = engine.run("stepper", Order(order="a")).run_id
-        done = engine.resume_with(run, "yes")
-        assert done.status == "completed"
-        latest = store.get_run(run).revision
-    finally:
-        store.close()
+    run, latest = completed_stepper(db_path)
     _sql(
         db_path, "UPDATE checkpoints SET error='changed' WHERE run_id=? AND revision=?", run, latest
     )
@@ -133,14 +123,7 @@ def test_pruning_onto_a_changed_row_refuses_naming_the_runs_status_and_deletes_n
     run's status, so no cancel is offered) and no row is deleted."""
     from desktop_app.store.sqlite.store import open_store
 
-    store = open_store(db_path)
-    try:
-        engine = Engine(store, flows=[stepper])
-        run = engine.run("stepper", Order(order="a")).run_id
-        assert engine.resume_with(run, "yes").status == "completed"
-        latest = store.get_run(run).revision
-    finally:
-        store.close()
+    run, latest = completed_stepper(db_path)
     _sql(db_path, "UPDATE checkpoints SET error='changed' WHERE run_id=? AND revision=1", run)
     err = _error(db_path, lambda s: s.prune(run, keep_last_n=latest - 1))  # keeps 2..latest
     assert _said(err) == (1, 0, False, "completed") and "cancel" not in str(err)

@@ -34,6 +34,7 @@ from typing import Any
 
 from desktop_app.cli.common import value_arg
 from desktop_app.cli.output import MOVED_WAIT, Hints, due_in, iso
+from desktop_app.flows import LIVE_STATUSES
 from desktop_app.textsafe import quoted, shell_quote, visible_controls, visible_json
 from desktop_app.words import local_and_utc as moment_both_ways
 
@@ -307,8 +308,6 @@ RUN_TOO_LATE = (
     "its deadline passed, so the next wake-up (`flowdesk resume`, a running "
     "`flowdesk agent` or the app) times the run out, whatever it waits for"
 )
-#: a run's statuses its own deadline still applies to
-_DEADLINE_APPLIES = ("pending", "running", "waiting", "failed")
 
 
 def run_deadline_lines(hints: Hints, run: Any, now: float, indent: str = "") -> list[str]:
@@ -318,8 +317,8 @@ def run_deadline_lines(hints: Hints, run: Any, now: float, indent: str = "") -> 
     once passed, that its next wake-up times it out, with the command that
     does it now (``resume RUN``). ``[]`` for a run with no deadline or one
     that ended. ``indent``: put before every line."""
-    deadline = getattr(run, "deadline_at", None)
-    if deadline is None or run.status not in _DEADLINE_APPLIES:
+    deadline = run.deadline_at
+    if deadline is None or run.status not in LIVE_STATUSES:
         return []
     said = f"{indent}run deadline {local_and_utc(deadline, now)}"
     if now < deadline:
@@ -336,8 +335,8 @@ def run_deadline_passed(run: Any, now: float) -> bool:
     seconds): no answer, signal or timer moves it on any more; its next
     wake-up times it out (:func:`run_deadline_lines` says so, with the
     command)."""
-    deadline = getattr(run, "deadline_at", None)
-    return deadline is not None and run.status in _DEADLINE_APPLIES and now >= deadline
+    deadline = run.deadline_at
+    return deadline is not None and run.status in LIVE_STATUSES and now >= deadline
 
 
 #: a wait's line once its run's own deadline passed (instead of its command)
@@ -347,7 +346,7 @@ PAST_RUN_DEADLINE = "    nothing moves it on any more: the run's own deadline pa
 def after_run_deadline(run: Any, wait: Any) -> bool:
     """Whether ``wait``'s deadline (or timer) falls after the own deadline of
     ``run``: the run times out first, so the wait never fires or expires."""
-    deadline = getattr(run, "deadline_at", None)
+    deadline = run.deadline_at
     return deadline is not None and wait.deadline_at is not None and wait.deadline_at > deadline
 
 

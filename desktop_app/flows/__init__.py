@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 BUILTIN_SINGLE_FLIGHT = ("digest", "tidy")
 #: input fields that name a folder: keyed by their absolute, resolved path
 _PATH_FIELDS = ("folder", "out")
-#: statuses of the run a new start on the same input joins instead of
-#: duplicating (resumed when interrupted or failed, reported when waiting)
+#: a live run's statuses (it has not ended: its own deadline still applies):
+#: the run a new start on the same input joins instead of duplicating
+#: (resumed when interrupted or failed, reported when waiting)
 LIVE_STATUSES: tuple[RunStatus, ...] = ("pending", "running", "waiting", "failed")
 
 
