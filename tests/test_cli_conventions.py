@@ -286,7 +286,10 @@ def test_replay_and_fork_start_new_runs_from_a_checkpoint(tmp_path: Path) -> Non
     assert after["checkpoints"] == source["checkpoints"]  # the source is untouched
 
     for args, text in [
-        (["fork", rid, "--changes", '{"oder": "o-3"}'], "did you mean 'order'?"),
+        (
+            ["fork", rid, "--changes", '{"oder": "o-3"}'],
+            "did you mean 'order'? Nothing was created.",
+        ),
         (["fork", rid, "--changes", '{"order": 5}'], "order: Input should be a valid string"),
         (["fork", rid, "--changes", "{}"], "replay"),
         (["replay", f"{rid}:99"], "has no checkpoint 99; it keeps revisions 0 to"),

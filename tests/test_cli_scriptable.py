@@ -444,7 +444,11 @@ def test_every_documented_exit_code(tmp_path):
         ),
         (["start", "tidy", "--input", json.dumps({"folder": missing})], 2, "does not exist"),
         (["start", "approval", "--input", "{not json"], 2, "--input is not JSON"),
-        (["start", "approval", "--input", '{"oder": "o-1"}'], 2, "did you mean 'order'?"),
+        (
+            ["start", "approval", "--input", '{"oder": "o-1"}'],
+            2,
+            "did you mean 'order'? Nothing was created.",
+        ),
         (["signal", "paid", "o-1", "--payload", "{x"], 2, "--payload is not JSON"),
         (["answer", rid[:8], "{x", "--value-json"], 2, "VALUE is not JSON"),
         (["show"], 2, "the following arguments are required"),

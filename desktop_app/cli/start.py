@@ -56,7 +56,8 @@ from desktop_app.words import plural
 
 def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> None:
     """Keys of ``given`` (``--input``, ``fork --changes``) the flow's state
-    model does not have are errors naming the nearest valid key.
+    model does not have are errors naming the nearest valid key (checked
+    before anything is created).
 
     Raises:
         InputError: the first unknown key (exit 2)."""
@@ -64,8 +65,11 @@ def unknown_keys(flow: Any, given: dict[str, Any], what: str = "--input") -> Non
     for key in given:
         if key not in fields:
             hint = nearest_key(key, flow.state_type)
-            tail = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(fields)}"
-            raise InputError(f"{what} has unknown key {key!r} for flow {flow.name!r}; {tail}")
+            tail = f"did you mean {hint!r}?" if hint else f"valid keys: {', '.join(fields)}."
+            raise InputError(
+                f"{what} has unknown key {key!r} for flow {flow.name!r}; {tail} "
+                "Nothing was created."
+            )
 
 
 def _resume_twin(run: Any, now: float) -> bool:
