@@ -17,6 +17,7 @@ import pytest
 from textual.widgets import Static
 
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.widgets.run_tables import CheckpointsTable
@@ -30,11 +31,12 @@ from tests.test_app_detail import open_detail, select
 ENV = {"FLOWDESK_FLOWS": '["tests.damaged_flows:stepper"]'}
 
 
-def interrupted_and_damaged(db: Path, how: str) -> str:
+def interrupted_and_damaged(db: Path, how: str, *, waiting: bool = False) -> str:
     """A ``stepper`` run (revision 1 its step's, 2 its wait's) left
-    ``running`` by a process that is gone, whose revision 2 was then
-    damaged with the sqlite3 shell: ``changed`` (its state is no longer
-    the JSON its checksum covers) or ``deleted``."""
+    ``running`` by a process that is gone (``waiting``: left waiting for
+    its answer), whose revision 2 was then damaged with the sqlite3 shell:
+    ``changed`` (its state is no longer the JSON its checksum covers) or
+    ``deleted``."""
     out = flowdesk(db, "start", "stepper", "--input", json.dumps({"order": "a"}), env=ENV)
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.splitlines()[0]
@@ -44,7 +46,9 @@ def interrupted_and_damaged(db: Path, how: str) -> str:
         else:
             sql = "DELETE FROM checkpoints WHERE run_id=? AND revision=2"
         assert conn.execute(sql, (run_id,)).rowcount == 1
-        conn.execute("UPDATE runs SET status='running', lease_owner=NULL WHERE run_id=?", (run_id,))
+        if not waiting:
+            sql = "UPDATE runs SET status='running', lease_owner=NULL WHERE run_id=?"
+            conn.execute(sql, (run_id,))
     conn.close()
     return run_id
 
@@ -121,6 +125,41 @@ async def test_c_cancels_a_damaged_run_as_its_hint_says(db_path: Path) -> None:
     store = open_store(db_path)
     try:
         assert store.get_run(run_id).status == "canceled"
+    finally:
+        store.close()
+
+
+@pytest.mark.scenario("S106")
+async def test_a_on_a_damaged_waiting_run_says_it_takes_no_answer_and_which_keys_work(
+    db_path: Path,
+) -> None:
+    """A tryout: ``a`` on a waiting run whose latest checkpoint is damaged
+    showed the store's error alone in the answer dialog (the CLI's words,
+    no key); it says nothing can be answered and what works in the app."""
+    run_id = interrupted_and_damaged(db_path, "deleted", waiting=True)
+    app = FlowdeskApp(load_settings(db_path=db_path), flows=[stepper])
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(pilot)
+        screen = app.runs_screen
+        await wait_until(pilot, lambda: screen.table.selected_run_id() == run_id)
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, AnswerScreen))
+        dialog = app.screen
+        assert isinstance(dialog, AnswerScreen)
+        await wait_until(pilot, lambda: bool(dialog.read_error))
+        assert flat(dialog.read_error or "").endswith(
+            "Nothing can be answered: press Escape, then open the run (enter), select "
+            "revision 1 in Checkpoints and press p to replay from it or f to fork it, "
+            "or press c to cancel the run."
+        ), dialog.read_error
+        assert "revision 2 is missing" in (dialog.read_error or "")
+        await pilot.press("escape")
+        await settle(pilot)
+        await pilot.press("enter")  # as it says: the run's own screen
+        await wait_until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+    store = open_store(db_path)
+    try:
+        assert store.get_run(run_id).status == "waiting"  # nothing was answered
     finally:
         store.close()
 

@@ -29,10 +29,11 @@ from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.cells import update_fitting
 from desktop_app.app.widgets.row_table import RowTable
+from desktop_app.app.widgets.run_summary import damaged_keys
 from desktop_app.app.widgets.run_tables import short_wait_id
 from desktop_app.cli.output import Hints
 from desktop_app.cli.waits import answer_choices
-from desktop_app.errors import FlowdeskError
+from desktop_app.errors import CheckpointDecodeError, FlowdeskError
 from desktop_app.flow import CompiledFlow
 from desktop_app.flow.clock import reading
 from desktop_app.store.protocol import RunRecord, Wait
@@ -255,6 +256,11 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             return
         try:
             latest = store.latest(self.run.run_id)
+        except CheckpointDecodeError as exc:  # damaged: say what works instead
+            keys = damaged_keys(exc, ended=False)  # it is waiting
+            self.post_message(
+                WaitsLoaded([], f"{exc} Nothing can be answered: press Escape, then {keys}.")
+            )
         except FlowdeskError as exc:
             self.post_message(WaitsLoaded([], str(exc)))
         except Exception as exc:  # never a traceback in the user's face

@@ -50,21 +50,32 @@ def damaged_hint(
 ) -> str:
     """What the app says of a run whose latest checkpoint cannot be read
     (``damage``: changed or deleted outside Flowdesk, or no longer fitting
-    the state model): the keys that work on it, the app's form of the
-    commands ``show`` prints (the run's checkpoints, p to replay and f to
-    fork an intact earlier revision, c to cancel; r and a refuse it).
+    the state model): what is wrong, then :func:`damaged_keys`."""
+    said = f"its checkpoint at revision {damage.revision} "
+    if not isinstance(damage, CheckpointCorruptError):
+        said += "no longer fits its flow's state model"
+    else:
+        said += "is missing" if damage.missing else "was changed outside Flowdesk"
+    keys = damaged_keys(damage, opened=opened, ended=ended)
+    return said + (": " + keys if keys else "")
+
+
+def damaged_keys(
+    damage: CheckpointDecodeError, *, opened: bool = False, ended: bool | None = None
+) -> str:
+    """What works in the app on a run whose latest checkpoint cannot be
+    read (``damage``), the app's form of the commands ``show`` prints: the
+    run's checkpoints, p to replay and f to fork an intact earlier revision,
+    c to cancel (r and a refuse it); for a checkpoint that no longer fits
+    the state model, changing the model back. ``""`` when nothing does.
     ``opened``: said in the run's own screen (no "open the run" first);
     ``ended``: the run ended, so no cancel is offered (``None``: as the
     error's ``run_status`` says, when it has one)."""
     if ended is None:
         ended = getattr(damage, "run_status", None) in ENDED_RUN_STATUSES
-    said = f"its checkpoint at revision {damage.revision} "
+    cancel = "press c to cancel the run"
     if not isinstance(damage, CheckpointCorruptError):  # every revision is read by one model
-        return (
-            said + "no longer fits its flow's state model: change the model back to what "
-            "the run stored" + ("" if ended else ", or press c to cancel the run")
-        )
-    said += "is missing" if damage.missing else "was changed outside Flowdesk"
+        return "change the model back to what the run stored" + ("" if ended else f", or {cancel}")
     keys = []
     if damage.readable is not None:
         keys.append(
@@ -73,8 +84,8 @@ def damaged_hint(
             "from it or f to fork it"
         )
     if not ended:
-        keys.append("press c to cancel the run")
-    return said + (": " + ", or ".join(keys) if keys else "")
+        keys.append(cancel)
+    return ", or ".join(keys)
 
 
 def latest_or_damage(store: CheckpointStore, run_id: str) -> Checkpoint | CheckpointDecodeError:
