@@ -93,7 +93,19 @@ async def test_a_damaged_run_says_what_works_and_its_hint_replays_it(
         await wait_until(pilot, lambda: 1 in timeline.revisions)
         await select(pilot, detail, 1)
         await pilot.press("p")
-        assert isinstance(app.screen, ConfirmScreen)
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmScreen)
+        # what runs again: the step revision 2 saved, named when its row is
+        # there to read, said unknown when it was deleted
+        again = confirm.detail.splitlines()[-1]
+        if how == "changed":
+            assert again.startswith("Runs again: approve; what it did"), again
+        else:
+            assert again == (
+                "Runs again: the step revision 2 saved (its checkpoint was deleted outside "
+                "Flowdesk, so which step it was is not known); what it did (files moved or "
+                "written, messages sent) is done again."
+            ), again
         await pilot.press("y")
         await settle(pilot)
         replayed = app.screen

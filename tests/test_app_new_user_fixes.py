@@ -124,7 +124,7 @@ async def test_replay_says_which_steps_run_again_and_enter_keeps_the_run(
         await settle(pilot)
         confirm = app.screen
         assert isinstance(confirm, ConfirmScreen)
-        assert "Runs again: apply, undo;" in confirm.detail
+        assert "Runs again: apply and undo;" in confirm.detail
         assert "files moved" in confirm.detail
         assert isinstance(app.focused, Button) and app.focused.id == "no"
         await pilot.press("enter")  # the default: No

@@ -65,7 +65,12 @@ from desktop_app.app.widgets.run_tables import (
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
 from desktop_app.cli.output import Hints, moved_line
-from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointDecodeError, FlowdeskError
+from desktop_app.errors import (
+    ENDED_RUN_STATUSES,
+    CheckpointCorruptError,
+    CheckpointDecodeError,
+    FlowdeskError,
+)
 from desktop_app.flow import CompiledFlow, Engine
 from desktop_app.flow.clock import reading
 from desktop_app.runs_view import (
@@ -753,11 +758,22 @@ class RunDetailScreen(Screen[None]):
         again = list(
             dict.fromkeys(h.step_id for h in self.history if h.revision > revision and h.step_id)
         )
+        damage = self.damage
+        if (
+            isinstance(damage, CheckpointCorruptError)
+            and damage.missing
+            and damage.revision > revision
+        ):  # its row is gone, and with it the step it was saved for
+            again.append(
+                f"the step revision {damage.revision} saved (its checkpoint was deleted "
+                "outside Flowdesk, so which step it was is not known)"
+            )
         if not again:
             return "Runs again: the steps after it (this run took none yet)."
+        listed = ", ".join(again[:-1]) + " and " + again[-1] if len(again) > 1 else again[0]
+        done = "what they did" if len(again) > 1 else "what it did"
         return (
-            f"Runs again: {', '.join(again)}; what they did (files moved or written, "
-            "messages sent) is done again."
+            f"Runs again: {listed}; {done} (files moved or written, messages sent) is done again."
         )
 
     def action_fork(self) -> None:
