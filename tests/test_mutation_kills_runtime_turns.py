@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.errors import RateLimitedError
+from desktop_app.errors import InputRequiredError, RateLimitedError
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.test_mutation_kills_runtime import ListedServer, script_json
@@ -109,6 +109,35 @@ def test_a_call_waiting_for_approval_names_its_run_streamed_or_not(sqlite_store)
         assert (res.run_id, res.status) == (rid, "input_required")
         assert res.question == 'approve the call send {"to":"bob"}? (yes/no)'
         assert store.get(rid).status == "input_required"
+        with pytest.raises(InputRequiredError) as err:  # resume without an answer: says what
+            agent.resume(rid)
+        assert str(err.value) == (
+            f"agent run {rid} waits for an answer to "
+            '\'approve the call send {"to":"bob"}? (yes/no)\'; use resume_input(run_id, text)'
+        )
+
+
+@pytest.mark.parametrize(
+    "pending", [None, {"name": "ask_user"}, {"name": "ask_user", "arguments": {}}]
+)
+def test_a_waiting_run_with_no_question_recorded_says_it_waits_for_an_answer(sqlite_store, pending):
+    """A run left ``input_required`` with no question recorded (its row
+    edited by hand): resume says it waits for an answer, not for one to
+    ``None`` or ``'None'``."""
+    store = SqliteAgentStore(sqlite_store)
+    agent = Agent(
+        "helper",
+        ScriptedModel([{"tool": "ask_user", "args": {"question": "Which?"}}]),
+        store,
+    )
+    rid = agent.ask("q").run_id
+    store.update(rid, 1.0, pending_call=pending)
+    assert store.get(rid).pending_call == pending
+    with pytest.raises(InputRequiredError) as err:
+        agent.resume(rid)
+    assert str(err.value) == (
+        f"agent run {rid} waits for an answer; use resume_input(run_id, text)"
+    )
 
 
 @pytest.mark.parametrize("asks", ["question", "approval"])

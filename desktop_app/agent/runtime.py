@@ -469,10 +469,11 @@ class Agent:
             yield AgentEvent("done", response=AgentResponse(run_id, "done", run.response))
             return
         if run.status == "input_required":
-            question = pending_question(run)
+            question = pending_question(run)  # None: no question recorded (edited by hand)
             raise InputRequiredError(
-                f"agent run {run_id} waits for an answer to {question!r}; use "
-                "resume_input(run_id, text)"
+                f"agent run {run_id} waits for an answer"
+                + ("" if question is None else f" to {question!r}")
+                + "; use resume_input(run_id, text)"
             )
         if run.status == "rate_limited" and run.retry_at and self.clock.now() < run.retry_at:
             raise RunStateError(
@@ -1171,7 +1172,8 @@ def _sources_in_words(sources: dict[str, Any]) -> str:
 def pending_question(run: AgentRun) -> str | None:
     """The question an ``input_required`` agent run asks (its pending
     ``ask_user`` call, or :meth:`ApprovalRequest.question` of a call waiting
-    for approval), or ``None``."""
+    for approval), or ``None`` when it recorded none (no pending call, or
+    one without a question: a row edited by hand)."""
     request = pending_approval(run.pending_call)
     if request is not None:
         return request.question()

@@ -292,9 +292,10 @@ def refuse_early(
     if answer is not None:  # wait_id: answered elsewhere since it was read?
         _refuse_unasked(ctx, run, now, wait_id)
     if answer is None and run.status == "input_required":
-        question = visible_controls(repr(pending_question(run)))
+        asked = pending_question(run)  # None: no question recorded (edited by hand)
+        question = "" if asked is None else f" to {visible_controls(repr(asked))}"
         raise InputRequiredError(
-            f"agent run {run_id} waits for an answer to {question}; answer it with: "
+            f"agent run {run_id} waits for an answer{question}; answer it with: "
             f"{answer_command(ctx, run)}"
         )
     if answer is not None and pending_approval(run.pending_call) is not None:
