@@ -48,6 +48,36 @@ WITHOUT_KEYRING = (
 )
 
 
+def key_problem(key: str) -> str | None:
+    """What makes ``key`` (surrounding whitespace already removed) unusable
+    as an API key, which travels in an HTTP header as one token of printable
+    ASCII, or ``None`` when it is usable. Never quotes the key: a key file
+    with a comment line, a variable with a line break in it, or a key pasted
+    with a non-ASCII character reached the provider's error text (and from
+    there SQLite and exports) whole, past the masking of the key as
+    configured; refused before any request is made."""
+    lines = key.splitlines()
+    if len(lines) > 1:
+        return (
+            f"holds {len(lines)} lines; an API key is one line: write the key alone, with no "
+            "comment or other line"
+        )
+    for i, ch in enumerate(key, 1):
+        if ch.isspace():
+            return f"has a space or tab inside it (character {i}); an API key has none"
+        if not ch.isascii() or not ch.isprintable():
+            return (
+                f"has a character an HTTP header cannot carry (character {i}: non-ASCII or a "
+                "control character); copy the key again from the provider"
+            )
+    return None
+
+
+def _masked(text: str, value: str) -> str:
+    """``text`` with ``value`` (a secret it may quote) as ``***``."""
+    return text.replace(value, "***") if value else text
+
+
 def get_secret(name: str) -> str | None:
     """The secret called ``name``, or ``None`` when it is not set.
 
@@ -73,8 +103,13 @@ def set_secret(name: str, value: str) -> None:
     """Store ``value`` under ``name`` in the keyring.
 
     Raises:
-        SecretsError: the keyring is locked or has no usable backend.
+        SecretsError: ``value`` is no usable key (:func:`key_problem`;
+            nothing stored), or the keyring is locked, has no usable backend
+            or failed (its error's text masked: it may quote the value).
     """
+    problem = key_problem(value.strip())
+    if problem is not None:
+        raise SecretsError(f"the secret for {name!r} {problem}; nothing was stored")
     try:
         keyring.set_password(SERVICE, name, value)
     except NoKeyringError as exc:
@@ -86,6 +121,11 @@ def set_secret(name: str, value: str) -> None:
             f"cannot store secret {name!r} in the keyring ({type(exc).__name__}: {exc}); "
             f"unlock your keyring, or {WITHOUT_KEYRING}"
         ) from exc
+    except Exception as exc:  # a backend's own error type (a plug-in, a D-Bus binding)
+        raise SecretsError(
+            f"cannot store secret {name!r}: the keyring backend failed "
+            f"({type(exc).__name__}: {_masked(str(exc), value)}); {WITHOUT_KEYRING}"
+        ) from None  # its traceback may hold the value
 
 
 def delete_secret(name: str) -> None:
@@ -105,7 +145,8 @@ def read_key_file(path: str | os.PathLike[str]) -> SecretStr:
 
     Raises:
         KeyFileError: missing, unreadable, not a regular file, readable by the
-            group or others, or empty; the message says what to run.
+            group or others, empty, or holding more than the key
+            (:func:`key_problem`); the message says what to run.
     """
     p = Path(path).expanduser()
     quoted = shell_quote(str(p))
@@ -138,6 +179,9 @@ def read_key_file(path: str | os.PathLike[str]) -> SecretStr:
     text = data.decode("utf-8", errors="replace").strip()
     if not text:
         raise KeyFileError(f"the API key file {p} is empty; write the key in it on one line")
+    problem = key_problem(text)
+    if problem is not None:
+        raise KeyFileError(f"the API key file {p} {problem}; nothing was sent")
     return SecretStr(text)
 
 
@@ -178,7 +222,10 @@ def model_api_key(model: ModelSettings) -> SecretStr | None:
 
     Raises:
         SecretsError: the key is written in the settings file, or both the
-            variable and a key file are given, or the keyring is locked.
+            variable and a key file are given, or the keyring is locked, or
+            the variable's or keyring entry's key is unusable
+            (:func:`key_problem`: several lines, a space inside, a
+            character an HTTP header cannot carry).
         KeyFileError: the key file is unusable (see :func:`read_key_file`).
     """
     if model.api_key is not None:
@@ -192,10 +239,22 @@ def model_api_key(model: ModelSettings) -> SecretStr | None:
             )
         if model.api_key_file is not None:
             raise SecretsError(f"both {ENV_VAR} and model.api_key_file are set; keep one of them")
-        if not model.api_key.get_secret_value().strip():
+        key = model.api_key.get_secret_value().strip()
+        if not key:
             raise SecretsError(f"{ENV_VAR} is set but empty; set the key or unset the variable")
-        return SecretStr(model.api_key.get_secret_value().strip())
+        problem = key_problem(key)
+        if problem is not None:
+            raise SecretsError(f"{ENV_VAR} {problem}; nothing was sent")
+        return SecretStr(key)
     if model.api_key_file is not None:
         return read_key_file(model.api_key_file)
     value = get_secret(model.api_key_name)
-    return None if value is None else SecretStr(value)
+    if value is None:
+        return None
+    problem = key_problem(value.strip())
+    if problem is not None:
+        raise SecretsError(
+            f"the keyring entry {model.api_key_name!r} {problem}; nothing was sent: store it "
+            f"again with `flowdesk secrets set {model.api_key_name}`"
+        )
+    return SecretStr(value.strip())

@@ -21,6 +21,7 @@ from desktop_app.errors import KeyFileError, SecretsError
 from desktop_app.secrets import get_secret, model_api_key, read_key_file, set_secret
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.chat_server import ChatServer, completion
+from tests.test_app_inbox_settings import MemoryKeyring
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-4f9a1c0e7b2d-not-a-real-key"
@@ -169,3 +170,161 @@ def test_flowdesk_ask_uses_a_key_file_and_prints_no_key(tmp_path):
         assert "Traceback" not in bad.stderr and KEY not in bad.stdout + bad.stderr
         assert len(server.requests) == 1
     assert KEY.encode() not in all_bytes(db)
+
+
+# -- a key that is more than a key (a privacy tryout: it reached SQLite whole) ------
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "said"),
+    [
+        ("file", f"# my openai key\n{KEY}\n", "holds 2 lines; an API key is one line"),
+        ("file", f"{KEY}\nsecond\n", "holds 2 lines"),
+        ("variable", f"{KEY}\nline2", "holds 2 lines"),
+        ("variable", f"{KEY} extra", "has a space or tab inside it (character 36)"),
+        ("variable", f"{KEY}é", "has a character an HTTP header cannot carry (character 36"),
+        ("file", f"{KEY}\x01\n", "has a character an HTTP header cannot carry"),
+    ],
+    ids=["file-comment", "file-two-keys", "var-newline", "var-space", "var-accent", "file-ctrl"],
+)
+def test_flowdesk_ask_refuses_a_key_that_is_not_one_token_and_sends_and_stores_nothing(
+    tmp_path, source, text, said
+):
+    """A key file with a comment line, a variable with a line break in it
+    or a key with a non-ASCII character: ``ask`` printed the key whole in
+    the transport's error (``Illegal header value b'Bearer # my openai
+    key\\ntok-...'``), stored it in the run's error and exported it, or
+    ended in a traceback. Refused before any request, naming the source and
+    what is wrong, never the key."""
+    db = tmp_path / "f.db"
+    cfg = tmp_path / "config.toml"
+    env = {**os.environ, "FLOWDESK_CONFIG": str(cfg)}
+    with ChatServer() as server:
+        settings = f'[model]\nbase_url = "{server.url}"\nmodel = "m"\n'
+        if source == "file":
+            path = key_file(tmp_path, 0o600, text)
+            settings += f'api_key_file = "{path}"\n'
+            where = f"the API key file {path}"
+        else:
+            env["FLOWDESK_MODEL__API_KEY"] = text
+            where = "FLOWDESK_MODEL__API_KEY"
+        cfg.write_text(settings)
+        server.script = [("json", completion("never sent"))]
+        cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(db)]
+        assert subprocess.run([*cmd, "db", "apply"], env=env, timeout=120).returncode == 0
+        out = subprocess.run(
+            [*cmd, "ask", "hello?"], env=env, capture_output=True, text=True, timeout=120, cwd=REPO
+        )
+        assert out.returncode == 1, (out.returncode, out.stderr)
+        assert f"{where} {said}" in out.stderr and "nothing was sent" in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+        assert KEY not in out.stdout + out.stderr
+        assert server.requests == []
+    assert KEY.encode() not in all_bytes(db)
+
+
+class Ring(MemoryKeyring):
+    """An in-memory keyring whose ``set_password`` can fail the way a
+    backend's own error type does (not a ``KeyringError``), quoting what
+    it was given."""
+
+    fail = False
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        if self.fail:
+            raise RuntimeError(f"D-Bus said no to {password}")
+        super().set_password(service, username, password)
+
+
+@pytest.fixture
+def ring():
+    before = keyring.get_keyring()
+    ring = Ring()
+    keyring.set_keyring(ring)
+    try:
+        yield ring
+    finally:
+        keyring.set_keyring(before)
+
+
+def test_a_key_with_a_line_break_is_not_stored_in_the_keyring(ring):
+    with pytest.raises(SecretsError) as info:
+        set_secret("model_api_key", f"# comment\n{KEY}")
+    assert str(info.value) == (
+        "the secret for 'model_api_key' holds 2 lines; an API key is one line: write the key "
+        "alone, with no comment or other line; nothing was stored"
+    )
+    assert ring.store == {}
+
+
+def test_a_keyring_entry_that_is_not_one_token_is_refused_before_a_request(ring):
+    ring.store[("flowdesk", "model_api_key")] = f"{KEY} {KEY}"  # stored by another tool
+    with pytest.raises(SecretsError) as info:
+        model_api_key(load_settings().model)
+    assert str(info.value) == (
+        "the keyring entry 'model_api_key' has a space or tab inside it (character 36); an "
+        "API key has none; nothing was sent: store it again with `flowdesk secrets set "
+        "model_api_key`"
+    )
+
+
+def test_a_keyring_backend_failing_its_own_way_says_so_without_the_key(ring):
+    ring.fail = True
+    with pytest.raises(SecretsError) as info:
+        set_secret("model_api_key", KEY)
+    assert "the keyring backend failed (RuntimeError: D-Bus said no to ***)" in str(info.value)
+    assert KEY not in str(info.value) and info.value.__cause__ is None
+    assert info.value.__suppress_context__  # no traceback chain to print the value
+
+
+def test_secrets_set_refuses_a_key_on_the_command_line_without_echoing_it(tmp_path):
+    db = tmp_path / "f.db"
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "desktop_app.cli",
+            "--db",
+            str(db),
+            "secrets",
+            "set",
+            "model_api_key",
+            KEY,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert out.returncode == 2, out.stderr
+    assert KEY not in out.stdout + out.stderr
+    assert "never on the command line" in out.stderr and "nothing was stored" in out.stderr
+    assert f"`flowdesk --db {db} secrets set model_api_key`" in out.stderr
+
+
+def test_secrets_set_under_a_name_the_model_does_not_read_says_which_it_reads(tmp_path):
+    """A tryout: ``secrets set bogus_name`` stored the key with no word
+    that the model reads another entry (``model.api_key_name``)."""
+    env = {
+        **os.environ,
+        "PYTHON_KEYRING_BACKEND": "tests.test_app_inbox_settings.MemoryKeyring",
+    }
+    cmd = [sys.executable, "-m", "desktop_app.cli", "--db", str(tmp_path / "f.db")]
+    for name, note in [("model_api_key", False), ("modle_api_key", True)]:
+        out = subprocess.run(
+            [*cmd, "secrets", "set", name],
+            input=KEY + "\n",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == f"stored {name} in the keyring\n"
+        said = (
+            "note: the model's key is read from 'model_api_key' (model.api_key_name), not "
+            f"'{name}'; set api_key_name = \"{name}\" in the [model] section of the settings "
+            "file to use this one\n"
+        )
+        assert out.stderr == (said if note else ""), out.stderr

@@ -221,10 +221,12 @@ class OpenAICompatibleModel:
             resp = self._client.post("/chat/completions", json=self._body(messages, tools, False))
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(
-                f"the provider did not answer in time: {exc} {self._waited()}"
+                f"the provider did not answer in time: {redact(str(exc))} {self._waited()}"
             ) from exc
         except httpx.TransportError as exc:
-            raise ProviderUnavailableError(f"cannot reach the provider: {exc}") from exc
+            raise ProviderUnavailableError(
+                f"cannot reach the provider: {redact(str(exc))}"
+            ) from exc
         _raise_for(resp, self.key_hint)
         try:
             data = resp.json()
@@ -351,7 +353,7 @@ class OpenAICompatibleModel:
                     )
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(
-                f"the provider stopped answering: {exc} {self._waited()}"
+                f"the provider stopped answering: {redact(str(exc))} {self._waited()}"
             ) from exc
         except httpx.TransportError as exc:
             if tools and answered and not seen_event:  # llama-cpp-python's server raises "Automatic
@@ -359,7 +361,9 @@ class OpenAICompatibleModel:
                 raise _cannot_stream_tools(
                     f"the stream broke before its first event ({type(exc).__name__})"
                 ) from exc
-            raise ProviderUnavailableError(f"the connection to the provider broke: {exc}") from exc
+            raise ProviderUnavailableError(
+                f"the connection to the provider broke: {redact(str(exc))}"
+            ) from exc
         try:
             tool_calls = tuple(
                 ToolCall(str(s["id"]), str(s["name"]), _parse_args(s["args"]))

@@ -379,12 +379,27 @@ def cmd_secrets(ctx: Ctx) -> int:
         delete_secret(a.name)
         print(f"deleted {a.name}")
         return EXIT_OK
+    if a.value is not None:  # never echoed: it is a secret, now in the shell's history
+        raise InputError(
+            "`secrets set` takes the secret at its prompt or on stdin, never on the command "
+            "line (`ps` and your shell history show a command line); nothing was stored. "
+            f"Run `{ctx.hints.cmd('secrets set ' + a.name)}` and paste it at the prompt, "
+            "then remove the command from your shell history"
+        )
     value = getpass.getpass(f"{a.name}: ") if sys.stdin.isatty() else sys.stdin.readline()
     value = value.strip()
     if not value:
         raise InputError("empty secret; nothing stored")
     set_secret(a.name, value)
     print(f"stored {a.name} in the keyring")  # never echo the value
+    reads = ctx.settings.model.api_key_name
+    if a.name != reads:  # a typo, or a name for later: say which one the model reads
+        print(
+            f"note: the model's key is read from {reads!r} (model.api_key_name), not "
+            f'{a.name!r}; set api_key_name = "{a.name}" in the [model] section of the '
+            "settings file to use this one",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

@@ -527,6 +527,9 @@ def build_parser() -> argparse.ArgumentParser:
     secsub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
     sset = secsub.add_parser("set", help="store a secret (read from stdin or a prompt)")
     sset.add_argument("name", help="e.g. model_api_key")
+    # a value given here is refused without being echoed (argparse's own
+    # "unrecognized arguments" error would print it)
+    sset.add_argument("value", nargs="?", help=argparse.SUPPRESS)
     sdel = secsub.add_parser("delete", help="remove a secret")
     sdel.add_argument("name")
 
