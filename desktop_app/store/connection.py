@@ -210,6 +210,24 @@ def _refuse_non_file(path: Path) -> None:
     )
 
 
+def _private_companions(path: Path) -> None:
+    """Make the ``-wal`` and ``-shm`` files of the open WAL database
+    ``path`` mode 0600 when the group or others may read them: SQLite
+    creates them with the database file's own mode (and gives an empty one
+    that mode again as it opens it), so a database copied in as 0644 got
+    world-readable copies of its pages. They live as long as a connection
+    is open, so once per open is enough. Best effort: a file owned by
+    another user, or a read-only medium, is left as it is (``doctor``
+    reports the database's own mode)."""
+    for suffix in ("-wal", "-shm"):
+        name = f"{path}{suffix}"
+        try:
+            if os.stat(name).st_mode & 0o077:
+                os.chmod(name, 0o600)
+        except OSError:  # gone meanwhile (another connection closed), or not ours
+            pass
+
+
 def _create_private(path: Path) -> None:
     """Create an empty file with mode 0600 if it does not exist."""
     try:
@@ -430,6 +448,7 @@ def open_connection(
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
         if str(mode).lower() != "wal":
             raise StoreError(f"could not switch {p} to WAL mode (got {mode!r}).")
+        _private_companions(p)  # open now, whatever mode SQLite gave them
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
         # a damaged page whose header still looks valid is reported as corrupt
