@@ -86,7 +86,8 @@ def get_secret(name: str) -> str | None:
     still works; a hosted API then answers 401, which says to set the key.
 
     Raises:
-        SecretsError: the keyring exists but is locked or failing.
+        SecretsError: the keyring exists but is locked or failing (its own
+            error type, or any other its backend raises).
     """
     try:
         return keyring.get_password(SERVICE, name)
@@ -96,6 +97,11 @@ def get_secret(name: str) -> str | None:
         raise SecretsError(
             f"cannot read secret {name!r} from the keyring ({type(exc).__name__}: {exc}); "
             f"unlock your keyring, or {WITHOUT_KEYRING}"
+        ) from exc
+    except Exception as exc:  # a backend's own error type (a plug-in, a D-Bus binding)
+        raise SecretsError(
+            f"cannot read secret {name!r}: the keyring backend failed "
+            f"({type(exc).__name__}: {exc}); {WITHOUT_KEYRING}"
         ) from exc
 
 

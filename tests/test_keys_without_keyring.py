@@ -235,6 +235,11 @@ class Ring(MemoryKeyring):
             raise RuntimeError(f"D-Bus said no to {password}")
         super().set_password(service, username, password)
 
+    def get_password(self, service: str, username: str) -> str | None:
+        if self.fail:
+            raise RuntimeError("D-Bus is gone")
+        return super().get_password(service, username)
+
 
 @pytest.fixture
 def ring():
@@ -275,6 +280,12 @@ def test_a_keyring_backend_failing_its_own_way_says_so_without_the_key(ring):
     assert "the keyring backend failed (RuntimeError: D-Bus said no to ***)" in str(info.value)
     assert KEY not in str(info.value) and info.value.__cause__ is None
     assert info.value.__suppress_context__  # no traceback chain to print the value
+    with pytest.raises(SecretsError) as read:  # reading: a typed error, not a traceback
+        model_api_key(load_settings().model)
+    assert str(read.value).startswith(
+        "cannot read secret 'model_api_key': the keyring backend failed (RuntimeError: "
+        "D-Bus is gone); without a keyring, give the key in the FLOWDESK_MODEL__API_KEY"
+    )
 
 
 def test_secrets_set_refuses_a_key_on_the_command_line_without_echoing_it(tmp_path):
