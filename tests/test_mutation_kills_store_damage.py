@@ -17,6 +17,7 @@ import pytest
 
 from desktop_app.errors import CheckpointCorruptError
 from desktop_app.flow import Engine
+from desktop_app.store.records import Intent
 from tests.damaged_flows import Order, completed_stepper, stepper
 
 
@@ -172,3 +173,129 @@ def test_a_damaged_run_is_canceled_or_failed_without_reading_it_and_its_mail_wit
         assert [i.revision for i in store.history(other)] == [0, 1]
     finally:
         store.close()
+
+
+def test_a_deleted_middle_row_names_the_gap_and_the_revision_below_on_every_read(runs) -> None:
+    """A row between two kept ones deleted by hand (pruning never does
+    that): the latest read, the run's head and a read by revision past the
+    gap name the gap, the revision below it to replay, and the run's
+    status; the message names what a backup restores on this database."""
+    engine, db = runs
+    run = engine.run("stepper", Order(order="a")).run_id  # 0, 1 (count), 2 (the wait)
+    _sql(db, "DELETE FROM checkpoints WHERE run_id=? AND revision=1", run)
+    for read in (
+        lambda s: s.latest(run),
+        lambda s: s.head(run),
+        lambda s: s.get_checkpoint(run, 2),
+    ):
+        err = _error(db, read)
+        assert _said(err) == (1, 0, True, "waiting")
+    backup = "the database" if isinstance(db, str) else "the file"
+    assert f"Restore {backup} from a backup, or replay the run from revision 0" in str(err)
+
+
+def test_a_deleted_latest_row_of_a_longer_run_names_the_revision_right_below_it(runs) -> None:
+    engine, db = runs
+    run = engine.run("stepper", Order(order="a")).run_id
+    assert engine.resume_with(run, "yes").status == "completed"
+    store = _open(db)
+    try:
+        latest = store.get_run(run).revision
+    finally:
+        store.close()
+    assert latest >= 4  # rows 0 .. latest - 1 stay: the newest of them is named
+    _sql(db, "DELETE FROM checkpoints WHERE run_id=? AND revision=?", run, latest)
+    err = _error(db, lambda s: s.latest(run))
+    assert _said(err) == (latest, latest - 1, True, "completed")
+
+
+def test_ending_an_unreadable_run_wakes_a_listening_worker_and_forgets_its_cached_checkpoint(
+    pg_url: str,
+) -> None:
+    """PostgreSQL: ``end_unreadable`` (and its withdrawing form) of a run
+    whose latest row was deleted after this very store wrote it: a worker
+    blocked on LISTEN hears it at once, and the store's next read of the
+    run is of the database (the damage), not of the checkpoint it had
+    cached. Ending it again, or a run that does not exist, is refused
+    naming the run."""
+    from desktop_app.errors import CheckpointNotFoundError, RunStateError
+
+    store = _open(pg_url)
+    try:
+        engine = Engine(store, flows=[stepper])
+        ended = []
+        for how in ("plain", "withdrawing"):
+            run = engine.run("stepper", Order(order=how)).run_id
+            store.latest(run)  # cached: the store wrote it
+            _sql(pg_url, "DELETE FROM checkpoints WHERE run_id=? AND revision=2", run)
+            listener = store.listener()
+            try:
+                while listener.wait(0.3):
+                    pass  # earlier writes'
+                now = store.now()
+                if how == "plain":
+                    done = store.end_unreadable(run, "canceled", "damaged", now)
+                else:
+                    done, _ = store.end_unreadable_withdrawing(run, "canceled", "damaged", now, "x")
+                assert done.status == "canceled"
+                assert listener.wait(10.0), how
+            finally:
+                listener.close()
+            with pytest.raises(CheckpointCorruptError):
+                store.latest(run)  # not the cached revision 2
+            ended.append(run)
+        with pytest.raises(RunStateError) as again:
+            store.end_unreadable(ended[0], "failed", "again", store.now())
+        assert str(again.value) == f"run {ended[0]} is already canceled; nothing to do"
+        with pytest.raises(CheckpointNotFoundError) as missing:
+            store.end_unreadable("no-such-run", "failed", "x", store.now())
+        assert str(missing.value) == f"no run no-such-run in scope {store.scope!r}"
+    finally:
+        store.close()
+
+
+def test_ending_an_unreadable_run_withdraws_what_no_live_dispatcher_holds(database) -> None:
+    """``end_unreadable_withdrawing`` withdraws as a cancel does, judged at
+    the database's clock: past two claims' expiry, the pending intent, the
+    one whose claimant is gone and the one whose claim expired are
+    withdrawn with the reason given; the one whose claim expired but whose
+    dispatcher still runs is left in flight; the run ends in the same
+    transaction."""
+    import time
+
+    from tests.test_mutation_kills_pgstore_settle import cp, run
+
+    s = _open(database)
+    try:
+        s.create_run(run("r1"), cp("r1", 0, {}))
+        dests = ["pending", "gone", "expired", "alive"]
+        s.append(
+            cp("r1", 1, {}),
+            intents=[Intent(f"r1:s:0:{i}", "r1", "s", d, {"i": i}) for i, d in enumerate(dests)],
+        )
+        t = s.now()
+        for holder, ttl, dest in (
+            ("h:gone", 864000.0, "gone"),
+            ("h:exp", 0.05, "expired"),
+            ("h:alive", 0.05, "alive"),
+        ):
+            (claimed,) = s.claim_intents(holder, ttl, 1, now=t, destinations=[dest])
+            assert s.mark_intent(claimed.intent_id, "sending", t)  # its send begins
+        time.sleep(0.3)  # the two short claims expire
+        ended, done = s.end_unreadable_withdrawing(
+            "r1",
+            "canceled",
+            "damaged",
+            s.now(),
+            "canceled by the user",
+            presumed_dead=lambda h: h == "h:gone",
+            presumed_alive=lambda h: h == "h:alive",
+        )
+        assert (ended.status, ended.error) == ("canceled", "damaged")
+        assert sorted(i.destination for i in done.withdrawn) == ["expired", "gone", "pending"]
+        assert [i.destination for i in done.in_flight] == ["alive"]
+        failed = {i.destination: i.last_error for i in s.intents(["failed"], limit=10)}
+        assert failed == dict.fromkeys(("expired", "gone", "pending"), "canceled by the user")
+        assert [i.destination for i in s.intents(["sending"], limit=10)] == ["alive"]
+    finally:
+        s.close()
