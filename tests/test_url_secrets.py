@@ -7,6 +7,7 @@ Real ``flowdesk`` processes, real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 from pathlib import Path
@@ -76,3 +77,20 @@ def test_redact_urls_masks_each_url_in_a_text_and_keeps_the_rest():
         "cannot reach (http://bob:***@127.0.0.1:1/mcp?token=***): see https://h/v1?key=***. "
         "Then retry http://plain/x, or postgresql://me:***@db/flow"
     )
+
+
+def test_a_log_line_with_a_url_secret_is_masked_in_the_log_file(tmp_path):
+    """The log file's filter masks URL secrets in any record, whoever logs it."""
+    from desktop_app.config import load_settings
+    from desktop_app.observability import setup_logging
+
+    path = setup_logging(load_settings(db_path=tmp_path / "f.db"))
+    assert path is not None
+    logging.getLogger("desktop_app.test").warning(
+        "fetching %s failed", f"http://bob:{MCP_PASS}@127.0.0.1:1/x?api_key={MCP_TOKEN}"
+    )
+    for handler in logging.getLogger("desktop_app").handlers:
+        handler.flush()
+    text = path.read_text()
+    assert "fetching http://bob:***@127.0.0.1:1/x?api_key=*** failed" in text
+    assert MCP_PASS not in text and MCP_TOKEN not in text
