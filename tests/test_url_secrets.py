@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from desktop_app.errors import redact
+from tests.chat_server import ChatServer
+from tests.cli_support import flowdesk
 
 MCP_PASS = "TRYOUT-MCPPASS-888"
 MCP_TOKEN = "TRYOUT-MCPTOKEN-777"
@@ -94,3 +96,60 @@ def test_a_log_line_with_a_url_secret_is_masked_in_the_log_file(tmp_path):
     text = path.read_text()
     assert "fetching http://bob:***@127.0.0.1:1/x?api_key=*** failed" in text
     assert MCP_PASS not in text and MCP_TOKEN not in text
+
+
+def test_an_mcp_server_url_with_secrets_is_masked_on_stderr_in_the_log_and_the_database(
+    tmp_path,
+):
+    """The tryout: `ask --mcp` with a server that cannot be reached printed
+    and logged its URL as written, password and ?api_key= included."""
+    pytest.importorskip("mcp")
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    port = free_port()  # nothing listens there
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[mcp_servers.userinfo]\nurl = "http://bob:{MCP_PASS}@127.0.0.1:{port}/mcp"\n'
+        f'[mcp_servers.query]\nurl = "http://127.0.0.1:{port}/mcp?api_key={MCP_TOKEN}"\n'
+    )
+    env = {
+        "FLOWDESK_CONFIG": str(config),
+        "FLOWDESK_MODEL__BASE_URL": "http://127.0.0.1:9/v1",  # never reached
+        "FLOWDESK_MODEL__MODEL": "m",
+    }
+    shown = {
+        "userinfo": f"(http://bob:***@127.0.0.1:{port}/mcp)",
+        "query": f"(http://127.0.0.1:{port}/mcp?api_key=***)",
+    }
+    printed = ""
+    for name, where in shown.items():
+        out = flowdesk(db, "ask", "x", "--mcp", name, env=env)
+        printed += out.stdout + out.stderr
+        assert out.returncode == 1, out.stdout + out.stderr
+        said = f"cannot connect to MCP server '{name}' {where}: ConnectError"
+        assert said in out.stderr, out.stderr
+        logged = [ln for ln in flowdesk_log().splitlines() if said in ln]
+        assert logged and " WARNING desktop_app.agent.mcp " in logged[-1], flowdesk_log()
+    seen = printed + flowdesk_log()
+    for secret in (MCP_PASS, MCP_TOKEN):
+        assert secret not in seen
+        assert secret.encode() not in written(db)
+
+
+def test_a_provider_error_naming_the_base_url_masks_its_secrets(tmp_path):
+    """A reply that is not JSON names model.base_url to check: printed,
+    logged and stored with the run, its password and ?api-key= masked."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with ChatServer() as server:
+        server.script = [("raw", "<html>not json</html>")]
+        port = server.url.split(":")[2].split("/")[0]
+        base_url = f"http://u:{URL_PASS}@127.0.0.1:{port}/v1"
+        env = {"FLOWDESK_MODEL__BASE_URL": base_url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = flowdesk(db, "ask", "hello", "--no-stream", env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert f"check that model.base_url (http://u:***@127.0.0.1:{port}/v1/)" in out.stderr
+    run_id = out.stderr.split()[1]
+    shown = flowdesk(db, "show", run_id)
+    seen = out.stdout + out.stderr + shown.stdout + shown.stderr + flowdesk_log()
+    assert URL_PASS not in seen and URL_PASS.encode() not in written(db)
