@@ -7,6 +7,7 @@ Real ``flowdesk`` processes, real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -153,3 +154,27 @@ def test_a_provider_error_naming_the_base_url_masks_its_secrets(tmp_path):
     shown = flowdesk(db, "show", run_id)
     seen = out.stdout + out.stderr + shown.stdout + shown.stderr + flowdesk_log()
     assert URL_PASS not in seen and URL_PASS.encode() not in written(db)
+
+
+def test_doctor_masks_the_secrets_of_the_model_base_url(tmp_path):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    port = free_port()  # nothing listens there
+    for base_url, shown in (
+        (f"http://u:{URL_PASS}@127.0.0.1:{port}/v1", f"http://u:***@127.0.0.1:{port}/v1"),
+        (
+            f"http://127.0.0.1:{port}/v1?api-key={URL_KEY}",
+            f"http://127.0.0.1:{port}/v1?api-key=***",
+        ),
+    ):
+        env = {"FLOWDESK_MODEL__BASE_URL": base_url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = flowdesk(db, "doctor", env=env)
+        assert out.returncode == 1
+        assert f"BAD  model provider     {shown}: ConnectError" in out.stdout, out.stdout
+        as_json = flowdesk(db, "doctor", "-o", "json", env=env)
+        (check,) = (
+            c for c in json.loads(as_json.stdout)["checks"] if c["check"] == "model provider"
+        )
+        assert check["status"] == "bad" and check["detail"].startswith(f"{shown}: ConnectError")
+        seen = out.stdout + out.stderr + as_json.stdout + as_json.stderr + flowdesk_log()
+        assert URL_PASS not in seen and URL_KEY not in seen

@@ -29,6 +29,7 @@ from desktop_app.errors import (
     InputError,
     has_secret,
     redact,
+    redact_urls,
 )
 from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
@@ -331,13 +332,12 @@ def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
     if cfg.base_url and cfg.model:
         import httpx
 
+        where = redact(cfg.base_url)  # its password and secret parameters masked
         try:
             resp = httpx.get(cfg.base_url.rstrip("/") + "/models", timeout=3)
-            line(
-                resp.status_code < 500, "model provider", f"{cfg.base_url} HTTP {resp.status_code}"
-            )
-        except httpx.HTTPError as exc:
-            line(False, "model provider", f"{cfg.base_url}: {type(exc).__name__}: {exc}")
+            line(resp.status_code < 500, "model provider", f"{where} HTTP {resp.status_code}")
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            line(False, "model provider", redact_urls(f"{where}: {type(exc).__name__}: {exc}"))
     else:
         line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
 
