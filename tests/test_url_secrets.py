@@ -7,10 +7,14 @@ Real ``flowdesk`` processes, real HTTP servers on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -178,3 +182,161 @@ def test_doctor_masks_the_secrets_of_the_model_base_url(tmp_path):
         assert check["status"] == "bad" and check["detail"].startswith(f"{shown}: ConnectError")
         seen = out.stdout + out.stderr + as_json.stdout + as_json.stderr + flowdesk_log()
         assert URL_PASS not in seen and URL_KEY not in seen
+
+
+class _KeyedModels(BaseHTTPRequestHandler):
+    """``GET /v1/models``: 200 with the server's key as a bearer token (or
+    with none when it wants none), else 401."""
+
+    def do_GET(self) -> None:
+        server = self.server
+        assert isinstance(server, KeyedServer)
+        got = self.headers.get("Authorization")
+        server.seen.append(got)
+        ok = server.key is None or got == f"Bearer {server.key}"
+        body = b'{"data": [{"id": "m"}]}' if ok else b'{"error": "invalid api key"}'
+        self.send_response(200 if ok else 401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class KeyedServer(ThreadingHTTPServer):
+    def __init__(self, key: str | None) -> None:
+        super().__init__(("127.0.0.1", 0), _KeyedModels)
+        self.key = key
+        self.seen: list[str | None] = []
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+@contextlib.contextmanager
+def serving(key: str | None) -> Iterator[KeyedServer]:
+    """A :class:`KeyedServer` answering in a thread of this process."""
+    server = KeyedServer(key)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def models() -> Iterator[KeyedServer]:
+    """A provider on 127.0.0.1 that accepts only :data:`KEY`."""
+    with serving(KEY) as server:
+        yield server
+
+
+def _doctor(db: Path, server: KeyedServer, **env: str) -> tuple[str, str, int]:
+    """``flowdesk doctor``'s model provider line, everything it printed, and its exit status."""
+    out = flowdesk(
+        db,
+        "doctor",
+        env={"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m", **env},
+    )
+    (line,) = [ln for ln in out.stdout.splitlines() if "model provider" in ln]
+    return line, out.stdout + out.stderr, out.returncode
+
+
+def _key_file(tmp_path: Path, mode: int, text: str = KEY + "\n") -> Path:
+    path = tmp_path / "model.key"
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+def _settings(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_doctor_sends_the_configured_key_and_says_when_the_provider_refuses_it(tmp_path, models):
+    """The tryout: doctor asked /models with no key, so a refused key read
+    ``ok  model provider ... HTTP 401``."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    good_file = _key_file(tmp_path, 0o600)
+    for env in (
+        {"FLOWDESK_MODEL__API_KEY": KEY},
+        {"FLOWDESK_CONFIG": _settings(tmp_path, f'[model]\napi_key_file = "{good_file}"\n')},
+    ):
+        line, printed, code = _doctor(db, models, **env)
+        assert line == f"ok   model provider     {models.url} HTTP 200", printed
+        assert KEY not in printed
+    assert models.seen[-2:] == [f"Bearer {KEY}"] * 2  # the agent's header, both ways
+
+    line, printed, code = _doctor(db, models, FLOWDESK_MODEL__API_KEY="TRYOUT-WRONG-KEY")
+    assert line == (
+        f"BAD  model provider     {models.url} HTTP 401: the provider refused the API key "
+        "(the key comes from the FLOWDESK_MODEL__API_KEY environment variable); give it a "
+        "key this provider accepts"
+    )
+    assert code == 1 and "TRYOUT-WRONG-KEY" not in printed
+
+    wrong_file = _key_file(tmp_path, 0o600, "TRYOUT-WRONG-KEY\n")
+    line, printed, code = _doctor(
+        db, models, FLOWDESK_CONFIG=_settings(tmp_path, f'[model]\napi_key_file = "{wrong_file}"\n')
+    )
+    assert line == (
+        f"BAD  model provider     {models.url} HTTP 401: the provider refused the API key "
+        f"(the key comes from the file {wrong_file} (model.api_key_file)); give it a key this "
+        "provider accepts"
+    )
+    assert code == 1 and "TRYOUT-WRONG-KEY" not in printed
+
+    line, printed, code = _doctor(db, models)  # no key at all
+    assert line == (
+        f"BAD  model provider     {models.url} HTTP 401: the provider wants an API key and "
+        "none is set; `flowdesk secrets set model_api_key` sets the key"
+    )
+    assert code == 1
+
+
+def test_doctor_says_why_the_key_cannot_be_read(tmp_path, models):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    loose = _key_file(tmp_path, 0o644)
+    line, printed, code = _doctor(
+        db, models, FLOWDESK_CONFIG=_settings(tmp_path, f'[model]\napi_key_file = "{loose}"\n')
+    )
+    assert line == (
+        f"BAD  model provider     {models.url}: the API key cannot be read: the API key file "
+        f"{loose} can be read by other users (mode 0644); run `chmod 600 {loose}` and try again"
+    )
+    assert code == 1 and KEY not in printed
+
+    in_settings = _settings(tmp_path, f'[model]\napi_key = "{KEY}"\n')
+    line, printed, code = _doctor(db, models, FLOWDESK_CONFIG=in_settings)
+    assert line.startswith(
+        f"BAD  model provider     {models.url}: the API key cannot be read: the settings file "
+        f"{in_settings} holds the API key (model.api_key); remove it from there"
+    )
+    assert code == 1 and KEY not in printed
+
+    line, printed, code = _doctor(
+        db, models, PYTHON_KEYRING_BACKEND="tests.file_keyring.LockedKeyring"
+    )
+    assert line.startswith(
+        f"BAD  model provider     {models.url}: the API key cannot be read: cannot read secret "
+        "'model_api_key' from the keyring (KeyringLocked: the keyring is locked); unlock your "
+        "keyring, or without a keyring, give the key in the FLOWDESK_MODEL__API_KEY"
+    ), line
+    assert code == 1
+    assert not models.seen  # none of these asked the provider with no key or a wrong one
+
+
+def test_doctor_with_no_key_and_a_provider_that_wants_none_is_fine(tmp_path):
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    with serving(None) as server:
+        line, _printed, _code = _doctor(db, server)
+    assert line == f"ok   model provider     {server.url} HTTP 200"
+    assert server.seen == [None]  # no Authorization header
