@@ -10,6 +10,7 @@ DBOS does for its cancel errors.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from datetime import UTC, datetime
 
@@ -30,16 +31,63 @@ def iso_utc(ts: float, timespec: str = "seconds") -> str:
         return f"{ts:.0f} (UTC epoch seconds)"
 
 
-#: libpq connection parameters that hold a secret: masked wherever a database
-#: URL is shown (``?password=...`` as well as ``user:password@``)
-SECRET_PARAMS = frozenset({"password", "sslpassword"})
+#: query parameters whose value is a secret, masked wherever a URL is shown
+#: (``?password=...`` as well as ``user:password@``): libpq's (a database
+#: URL) and those that carry a credential in an HTTP URL (an MCP server's, a
+#: model provider's). Compared case-insensitively and without ``-``/``_``
+#: (``API-Key``, ``api_key`` and ``apikey`` are one name); a name ending in
+#: one of :data:`SECRET_SUFFIXES` is a secret too (``client_secret``,
+#: ``X-Amz-Signature``, ``refresh_token``)
+SECRET_PARAMS = frozenset(
+    {
+        "password",
+        "sslpassword",
+        "passwd",
+        "pwd",
+        "pass",
+        "api_key",
+        "key",
+        "token",
+        "access_token",
+        "auth",
+        "authorization",
+        "secret",
+        "sig",
+        "signature",
+        "credential",
+        "credentials",
+    }
+)
+#: endings of a query parameter's name that make it a secret (compared as
+#: :data:`SECRET_PARAMS` is)
+SECRET_SUFFIXES = ("password", "passwd", "secret", "token", "apikey", "signature")
+
+
+def _squeezed(name: str) -> str:
+    """A parameter name as :data:`SECRET_PARAMS` compares it: decoded,
+    lower case, without ``-``, ``_`` and surrounding spaces."""
+    from urllib.parse import unquote
+
+    return unquote(name).strip().lower().replace("-", "").replace("_", "")
+
+
+_SECRET_NAMES = frozenset(_squeezed(name) for name in SECRET_PARAMS)
+
+
+def secret_param(name: str) -> bool:
+    """Whether the query parameter ``name`` (str, as written in a URL:
+    ``api_key``, ``API-Key``, ``X-Amz-Signature``) holds a secret: one of
+    :data:`SECRET_PARAMS`, or a name ending in one of :data:`SECRET_SUFFIXES`."""
+    squeezed = _squeezed(name)
+    return squeezed in _SECRET_NAMES or squeezed.endswith(SECRET_SUFFIXES)
 
 
 def has_secret(url: str) -> bool:
-    """Whether the database URL ``url`` (str) holds a password: in its
-    ``user:password@`` part or in a query parameter of :data:`SECRET_PARAMS`
-    (``?password=...``, ``&sslpassword=...``). ``False`` for a file path."""
-    from urllib.parse import unquote, urlsplit
+    """Whether the URL ``url`` (str: a database's, an MCP server's, a model
+    provider's) holds a secret: a password in its ``user:password@`` part or
+    a query parameter that :func:`secret_param` names (``?password=...``,
+    ``&api_key=...``). ``False`` for a file path."""
+    from urllib.parse import urlsplit
 
     if "://" not in url:
         return False
@@ -50,30 +98,37 @@ def has_secret(url: str) -> bool:
     except ValueError:  # a malformed netloc (bad port, bracket): treat it as holding one
         return True
     keys = (param.partition("=")[0] for param in parts.query.split("&"))
-    return any(unquote(key).strip().lower() in SECRET_PARAMS for key in keys)
+    return any(secret_param(key) for key in keys)
 
 
 def redact(url: str, mask: str | None = "***") -> str:
-    """A database URL without its secrets.
+    """A URL without its secrets: a database URL, an MCP server's or a model
+    provider's (the one function every message, log line and screen uses).
 
     Args:
-        url: a database URL (``postgresql://alice:pw@db/x?sslpassword=k``)
-            or anything else (a file path: returned unchanged).
+        url: a URL (``postgresql://alice:pw@db/x?sslpassword=k``,
+            ``http://bob:pw@host/mcp?api_key=k``) or anything else (a file
+            path: returned unchanged).
         mask: what replaces each secret in a message (``alice:***@``,
             ``?password=***``); ``None`` leaves the secrets out (``alice@``,
-            the ``password``/``sslpassword`` parameters dropped): a URL that
-            still connects (libpq then reads the password from
-            ``PGPASSWORD`` or ``~/.pgpass``), for printed hints.
+            the secret parameters dropped): a database URL that still
+            connects (libpq then reads the password from ``PGPASSWORD`` or
+            ``~/.pgpass``), for printed hints.
 
     Returns:
         str: the URL with the password of its ``user:password@`` part and
-        every query parameter of :data:`SECRET_PARAMS` masked or left out.
+        the value of every query parameter :func:`secret_param` names masked
+        or left out; a URL too malformed to take apart (an unclosed ``[``)
+        keeps only its scheme (``http://***``).
     """
-    from urllib.parse import unquote, urlsplit, urlunsplit
+    from urllib.parse import urlsplit, urlunsplit
 
     if not has_secret(url):
         return url
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.partition("://")[0] + "://" + (mask or "")
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, _at, hostport = netloc.rpartition("@")
@@ -84,11 +139,25 @@ def redact(url: str, mask: str | None = "***") -> str:
     query = []  # each parameter kept as written (libpq reads "+" as "+", not a space)
     for param in parts.query.split("&") if parts.query else ():
         key = param.partition("=")[0]
-        if unquote(key).strip().lower() not in SECRET_PARAMS:
+        if not secret_param(key):
             query.append(param)
         elif mask is not None:
             query.append(f"{key}={mask}")
     return urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), parts.fragment))
+
+
+#: a URL in free text: a scheme, ``://`` and what follows up to a space or a
+#: quote, less the punctuation that ends a sentence or closes a parenthesis
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]*[^\s'"<>`.,;:!?)]""")
+
+
+def redact_urls(text: str) -> str:
+    """``text`` (str: a message, a log line, a library's error) with every
+    URL in it passed through :func:`redact` (``***`` for each secret); the
+    rest of the text unchanged."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact(m[0]), text)
 
 
 class FlowdeskError(Exception):

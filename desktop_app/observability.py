@@ -5,7 +5,8 @@
   :class:`logging.handlers.RotatingFileHandler` (1 MiB, 5 old files kept),
   created mode 0600, at ``settings.log_level``. Flowdesk logs ids and
   statuses, never message contents, tool inputs or secrets; a filter also
-  masks the values of the process's known secrets should one reach a record.
+  masks the values of the process's known secrets, and the password and
+  secret query parameters of any URL, should one reach a record.
 * Spans are exported over OTLP/HTTP when the standard
   ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
   set (the SDK itself honours ``OTEL_SDK_DISABLED=true``). Everything else follows
@@ -30,6 +31,7 @@ from typing import Any
 import platformdirs
 
 from desktop_app.config import APP_NAME, Settings
+from desktop_app.errors import redact_urls
 from desktop_app.extras import install_command
 from desktop_app.private import make_private_dirs
 
@@ -68,7 +70,9 @@ _TOKENS = re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+|\bsk-[A-Za-z0-9_-]{6,}")
 def redact(text: str) -> str:
     """``text`` with every secret masked: each value given to
     :func:`mask_secret` (the configured API key) becomes ``***``, a bearer
-    token ``Bearer ***`` and an ``sk-...`` key ``sk-***``.
+    token ``Bearer ***``, an ``sk-...`` key ``sk-***``, and the password and
+    secret query parameters of each URL in it ``***``
+    (:func:`desktop_app.errors.redact_urls`).
 
     The one masking function: log records go through it, and so does a
     provider's error text before it is stored, printed or exported (a 401
@@ -82,6 +86,7 @@ def redact(text: str) -> str:
     """
     for secret in sorted(_secrets, key=len, reverse=True):
         text = text.replace(secret, "***")
+    text = redact_urls(text)
     return _TOKENS.sub(lambda m: f"{m[1]} ***" if m[1] else "sk-***", text)
 
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from keyring.backend import KeyringBackend
+from keyring.errors import KeyringLocked
 
 
 class FileKeyring(KeyringBackend):
@@ -38,3 +39,20 @@ class FileKeyring(KeyringBackend):
         items = self._items()
         items.pop(f"{service}/{username}", None)
         self._file.write_text(json.dumps(items))
+
+
+class LockedKeyring(KeyringBackend):
+    """A keyring that is there but locked (a desktop keyring before its
+    password is typed): every read and write raises ``KeyringLocked``.
+    Select it with ``PYTHON_KEYRING_BACKEND=tests.file_keyring.LockedKeyring``."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def get_password(self, service: str, username: str) -> str | None:
+        raise KeyringLocked("the keyring is locked")
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        raise KeyringLocked("the keyring is locked")
+
+    def delete_password(self, service: str, username: str) -> None:
+        raise KeyringLocked("the keyring is locked")

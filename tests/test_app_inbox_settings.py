@@ -827,3 +827,24 @@ async def test_settings_name_the_key_in_use_when_the_variable_gives_it(
             "while it is set)"
         )
         assert all(key not in m for m in messages(app))
+
+
+async def test_the_base_url_is_shown_without_its_secrets_and_saving_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """A base URL with a password and an ``?api-key=`` was shown as written
+    in the settings screen; it shows them as ``***``, and a save that leaves
+    the field as shown keeps the URL the settings file holds."""
+    written = "http://u:TRYOUT-URLPASS-66@127.0.0.1:11434/v1?api-key=TRYOUT-URLKEY-55"
+    path = config_file()
+    path.write_text(f'[model]\nbase_url = "{written}"\nmodel = "m"\n')
+    app = FlowdeskApp(settings_for(tmp_path / "t.db"), flows=all_flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = await open_settings(pilot)
+        shown = screen.query_one("#base-url", Input).value
+        assert shown == "http://u:***@127.0.0.1:11434/v1?api-key=***"
+        await pilot.click("#save")
+        await settle(pilot)
+        assert screen.saved_text == f"Saved to {path}. Restart Flowdesk to apply."
+    assert tomllib.loads(path.read_text())["model"]["base_url"] == written

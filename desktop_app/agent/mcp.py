@@ -55,7 +55,13 @@ from typing import TYPE_CHECKING, Any
 from desktop_app.agent.messages import canonical_json
 from desktop_app.agent.tool_schemas import schema_changes
 from desktop_app.agent.tools import LISTING_PREFIX
-from desktop_app.errors import ConfigError, McpError, McpOutcomeUnknownError
+from desktop_app.errors import (
+    ConfigError,
+    McpError,
+    McpOutcomeUnknownError,
+    redact,
+    redact_urls,
+)
 from desktop_app.extras import install_command
 from desktop_app.private import make_private_dirs
 
@@ -74,6 +80,13 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
+
+
+def _said(exc: BaseException) -> str:
+    """``TypeName: message`` of an error from the SDK or httpx, with the
+    secrets of any URL it quotes masked (an HTTP error names the server's
+    URL, ``user:password@`` and ``?api_key=`` included)."""
+    return redact_urls(f"{type(exc).__name__}: {exc}")
 
 
 def result_text(result: Any) -> str:
@@ -241,7 +254,9 @@ class McpServer:
         )
 
     def _where(self) -> str:
-        return f"`{' '.join(self.command)}`" if self.command else str(self.url)
+        """The command of a stdio server, or the URL of an HTTP one with its
+        secrets masked (:func:`desktop_app.errors.redact`), as messages show it."""
+        return f"`{' '.join(self.command)}`" if self.command else redact(str(self.url))
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -272,7 +287,7 @@ class McpServer:
             where = f" (its stderr is in {self.errlog})" if self.errlog and self.command else ""
             raise McpError(
                 f"cannot connect to MCP server {self.name!r} ({self._where()}): "
-                f"{type(leaf).__name__}: {leaf}; check [mcp_servers.{self.name}] in the "
+                f"{_said(leaf)}; check [mcp_servers.{self.name}] in the "
                 f"settings{where}"
             ) from leaf
         missing = sorted(self.require_approval - {str(s["name"]) for s in self._specs})
@@ -431,7 +446,7 @@ class McpServer:
             why = ""
             if self._error is not None:
                 leaf = _leaf(self._error)
-                why = f": the connection ended with {type(leaf).__name__}: {leaf}"
+                why = f": the connection ended with {_said(leaf)}"
             raise McpError(f"MCP server {self.name!r} is not connected{why}")
         try:
             # what the SDK would fail on after the call was journaled as sent:
@@ -468,11 +483,10 @@ class McpServer:
                 ) from leaf
             if code is None:  # a transport error: sent, then no answer came
                 raise McpOutcomeUnknownError(
-                    f"MCP server {self.name!r} gave no answer to {tool!r}: "
-                    f"{type(leaf).__name__}: {leaf}"
+                    f"MCP server {self.name!r} gave no answer to {tool!r}: {_said(leaf)}"
                 ) from leaf
             raise McpError(  # the server answered with a JSON-RPC error
-                f"MCP server {self.name!r} failed on {tool!r}: {type(leaf).__name__}: {leaf}"
+                f"MCP server {self.name!r} failed on {tool!r}: {_said(leaf)}"
             ) from leaf
         return result_text(result)
 

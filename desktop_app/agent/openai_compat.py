@@ -43,6 +43,7 @@ from desktop_app.errors import (
     RateLimitedError,
     ToolCallStreamingError,
 )
+from desktop_app.errors import redact as redact_url
 from desktop_app.observability import mask_secret, redact
 
 
@@ -194,9 +195,14 @@ class OpenAICompatibleModel:
             "model.timeout_s, FLOWDESK_MODEL__TIMEOUT_S)"
         )
 
+    def _base_url(self) -> str:
+        """The base URL as messages show it: its password and secret query
+        parameters masked (:func:`desktop_app.errors.redact`)."""
+        return redact_url(str(self._client.base_url))
+
     def __repr__(self) -> str:  # never show the key
         return (
-            f"OpenAICompatibleModel(base_url={str(self._client.base_url)!r}, model={self.model!r}, "
+            f"OpenAICompatibleModel(base_url={self._base_url()!r}, model={self.model!r}, "
             f"stream={self.streaming})"
         )
 
@@ -259,7 +265,7 @@ class OpenAICompatibleModel:
         return NotJsonReplyError(
             f"the provider's reply is not JSON (HTTP {resp.status_code}, content type "
             f"{resp.headers.get('content-type')!r}): {shown!r}; check that model.base_url "
-            f"({self._client.base_url}) is an OpenAI-compatible API, whose /chat/completions "
+            f"({self._base_url()}) is an OpenAI-compatible API, whose /chat/completions "
             "answers JSON, and that no proxy in between rewrites its replies"
         )
 

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from desktop_app.cli import stop_signals
 from desktop_app.cli.common import Ctx
@@ -27,11 +27,16 @@ from desktop_app.errors import (
     DatabaseMissingError,
     FlowdeskError,
     InputError,
+    SecretsError,
     has_secret,
     redact,
+    redact_urls,
 )
 from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
+
+if TYPE_CHECKING:
+    from desktop_app.config import ModelSettings
 
 
 def dispatcher(engine: Any) -> Any:
@@ -329,17 +334,59 @@ def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
         line(False, "keyring", f"{type(exc).__name__}: {exc}")
     cfg = settings.model
     if cfg.base_url and cfg.model:
-        import httpx
-
-        try:
-            resp = httpx.get(cfg.base_url.rstrip("/") + "/models", timeout=3)
-            line(
-                resp.status_code < 500, "model provider", f"{cfg.base_url} HTTP {resp.status_code}"
-            )
-        except httpx.HTTPError as exc:
-            line(False, "model provider", f"{cfg.base_url}: {type(exc).__name__}: {exc}")
+        ok, detail = _model_provider_check(cfg, cfg.base_url)
+        line(ok, "model provider", detail)
     else:
         line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
+
+
+def _model_provider_check(cfg: ModelSettings, base_url: str) -> tuple[bool, str]:
+    """The doctor's ``model provider`` check: ``GET {base_url}/models`` with
+    the key the agent sends (:func:`desktop_app.secrets.model_api_key`, as a
+    bearer token), so a key the provider refuses is found here and not at
+    the first question.
+
+    Args:
+        cfg: the ``[model]`` settings; base_url: its ``base_url`` (set).
+
+    Returns:
+        tuple[bool, str]: whether the check passed, and what it found, with
+        the URL's password and secret parameters masked and never the key:
+        bad when the key cannot be read (the error's own message, which says
+        what to do), when the provider cannot be reached or answers 5xx, and
+        when it refuses the key (HTTP 401/403: where the key comes from).
+        A provider that answers with no key set is fine (a local server).
+    """
+    import httpx
+
+    from desktop_app.observability import mask_secret
+    from desktop_app.secrets import api_key_hint, model_api_key
+
+    where = redact(base_url)
+    try:
+        key = model_api_key(cfg)
+    except SecretsError as exc:  # a KeyFileError too; neither message holds the key
+        return False, f"{where}: the API key cannot be read: {exc}"
+    headers = {}
+    if key is not None:
+        mask_secret(key.get_secret_value())  # never in the log file
+        headers["Authorization"] = f"Bearer {key.get_secret_value()}"
+    try:
+        resp = httpx.get(base_url.rstrip("/") + "/models", headers=headers, timeout=3)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return False, redact_urls(f"{where}: {type(exc).__name__}: {exc}")
+    code = resp.status_code
+    if code in (401, 403):
+        if key is None:
+            return False, (
+                f"{where} HTTP {code}: the provider wants an API key and none is set; "
+                f"{api_key_hint(cfg)}"
+            )
+        return False, (
+            f"{where} HTTP {code}: the provider refused the API key ({api_key_hint(cfg)}); "
+            "give it a key this provider accepts"
+        )
+    return code < 500, f"{where} HTTP {code}"
 
 
 def cmd_export(ctx: Ctx) -> int:

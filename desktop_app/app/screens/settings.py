@@ -196,8 +196,8 @@ class SettingsScreen(ModalScreen[None]):
                 yield synchronous
                 yield Label("Model provider", classes="section")
                 yield Label("Base URL (OpenAI-compatible)")
-                yield Input(
-                    model.base_url or "",
+                yield Input(  # its password and secret parameters never shown (save keeps them)
+                    redact(model.base_url or ""),
                     placeholder="http://127.0.0.1:11434/v1",
                     compact=True,
                     id="base-url",
@@ -254,6 +254,9 @@ class SettingsScreen(ModalScreen[None]):
     def save(self) -> bool:
         """Validate the fields and write them to the settings file."""
         base_url = self.query_one("#base-url", Input).value.strip()
+        configured = self.flowdesk.settings.model.base_url
+        if configured and base_url == redact(configured):
+            base_url = configured  # shown masked, left as it was: its secrets stay
         model = self.query_one("#model", Input).value.strip()
         timeout_text = self.query_one("#timeout", Input).value.strip()
         synchronous = self.query_one("#synchronous", Select).value
