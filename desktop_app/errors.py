@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from desktop_app.process_state import STOPPED, stopped_pid
@@ -144,6 +145,32 @@ def redact(url: str, mask: str | None = "***") -> str:
         elif mask is not None:
             query.append(f"{key}={mask}")
     return urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), parts.fragment))
+
+
+def redact_argv(argv: Sequence[str]) -> str:
+    """A command line (an MCP server's ``command``) as messages show it,
+    joined by spaces, without its secrets: the value of an option whose name
+    :func:`secret_param` names (``--token X``, ``--api-key=X``,
+    ``--password X``), and each URL's as :func:`redact_urls` masks them.
+    Bearer tokens and configured keys in the rest (``--header
+    "Authorization: Bearer X"``) are :func:`desktop_app.observability.redact`'s."""
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append("***")
+            hide_next = False
+            continue
+        name, eq, _value = arg.partition("=")
+        if arg.startswith("-") and secret_param(name.lstrip("-")):
+            if eq:
+                shown.append(f"{name}=***")
+            else:
+                shown.append(arg)
+                hide_next = True
+            continue
+        shown.append(redact_urls(arg))
+    return " ".join(shown)
 
 
 #: a URL in free text: a scheme, ``://`` and what follows up to a space or a

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -138,6 +139,42 @@ def test_an_mcp_server_url_with_secrets_is_masked_on_stderr_in_the_log_and_the_d
     seen = printed + flowdesk_log()
     for secret in (MCP_PASS, MCP_TOKEN):
         assert secret not in seen
+        assert secret.encode() not in written(db)
+
+
+def test_an_mcp_server_command_that_fails_shows_its_command_without_secrets(tmp_path):
+    """The tryout: a command server that failed to start printed its whole
+    argument list, a ``--header "Authorization: Bearer ..."`` and a
+    ``--token`` value included (the log masked the bearer token only)."""
+    pytest.importorskip("mcp")
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    config = tmp_path / "config.toml"
+    argv = [
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
+        "--token",
+        "TRYOUT-TOK-1",
+        "--api-key=TRYOUT-KEY-2",
+        "--header",
+        "Authorization: Bearer TRYOUT-BEARER-3",
+        f"http://u:{MCP_PASS}@127.0.0.1:9/x",
+    ]
+    config.write_text(f"[mcp_servers.broken]\ncommand = {json.dumps(argv)}\ntimeout_s = 20\n")
+    env = {
+        "FLOWDESK_CONFIG": str(config),
+        "FLOWDESK_MODEL__BASE_URL": "http://127.0.0.1:9/v1",  # never reached
+        "FLOWDESK_MODEL__MODEL": "m",
+    }
+    out = flowdesk(db, "ask", "x", "--mcp", "broken", env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert (
+        "--token *** --api-key=*** --header Authorization: Bearer *** http://u:***@127.0.0.1:9/x`"
+    ) in out.stderr, out.stderr
+    seen = out.stdout + out.stderr + flowdesk_log()
+    for secret in ("TRYOUT-TOK-1", "TRYOUT-KEY-2", "TRYOUT-BEARER-3", MCP_PASS):
+        assert secret not in seen, secret
         assert secret.encode() not in written(db)
 
 

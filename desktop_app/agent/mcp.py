@@ -60,6 +60,7 @@ from desktop_app.errors import (
     McpError,
     McpOutcomeUnknownError,
     redact,
+    redact_argv,
     redact_urls,
 )
 from desktop_app.extras import install_command
@@ -254,9 +255,15 @@ class McpServer:
         )
 
     def _where(self) -> str:
-        """The command of a stdio server, or the URL of an HTTP one with its
-        secrets masked (:func:`desktop_app.errors.redact`), as messages show it."""
-        return f"`{' '.join(self.command)}`" if self.command else redact(str(self.url))
+        """The command of a stdio server, or the URL of an HTTP one, with
+        their secrets masked (:func:`desktop_app.errors.redact_argv`,
+        :func:`~desktop_app.errors.redact`, and the bearer tokens and keys
+        :func:`desktop_app.observability.redact` masks), as messages show it."""
+        from desktop_app.observability import redact as masked
+
+        if self.command:
+            return f"`{masked(redact_argv(self.command))}`"
+        return redact(str(self.url))
 
     # -- lifecycle -----------------------------------------------------------
 
