@@ -55,12 +55,27 @@ def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP_NAME))
 
 
+#: one part of a key's type prefix (``sk-``, then ``proj-`` of
+#: ``sk-proj-``, ``ghp_``): a provider may echo the key without it
+_KEY_PREFIX = re.compile(r"[A-Za-z]{1,10}[-_]")
+
+
 def mask_secret(value: str | None) -> None:
     """Never write ``value`` to the log file, nor in a provider's error
-    (:func:`redact` replaces it with ``***``). Values under 4 characters are
-    ignored (masking them would garble ordinary text)."""
+    (:func:`redact` replaces it with ``***``), nor what follows the first
+    or second part of its type prefix (``sk-``, ``sk-proj-``, ``ghp_``: a
+    provider echoing the key without it) when that is 8 characters or more.
+    Values under 4 characters are ignored (masking them would garble
+    ordinary text)."""
     if value and len(value) >= 4:
         _secrets.add(value)
+        at = 0
+        for _ in range(2):
+            prefix = _KEY_PREFIX.match(value, at)
+            if prefix is None or len(value) - prefix.end() < 8:
+                break
+            at = prefix.end()
+            _secrets.add(value[at:])
 
 
 #: a bearer token (``Authorization: Bearer xxx``) and an ``sk-``-style API key

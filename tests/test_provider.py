@@ -143,6 +143,24 @@ def test_agent_retries_5xx_and_stores_429_retry_after(server, sqlite_store):
     assert failed.status == "failed" and len(server.requests) == 5  # 4xx: not retried
 
 
+@pytest.mark.parametrize(
+    ("key", "echoed"),
+    [
+        ("sk-TRYOUT-SECRET-12345", "TRYOUT-SECRET-12345"),
+        ("sk-proj-a1b2c3d4e5f6g7h8", "a1b2c3d4e5f6g7h8"),
+        ("ghp_0123456789abcdef", "0123456789abcdef"),
+    ],
+)
+def test_a_refusal_echoing_the_key_without_its_prefix_is_masked(server, key, echoed):
+    """A privacy tryout: a provider (or a proxy) that echoed the key with
+    its ``sk-`` prefix cut off had it stored and printed whole: only the key
+    as configured was masked."""
+    server.script = [("status", 401, {}, f"internal error for key {echoed} (partial)")]
+    with pytest.raises(ProviderError) as err:
+        model_for(server, api_key=key, stream=False).complete(USER, [])
+    assert echoed not in str(err.value) and "for key *** (partial)" in str(err.value)
+
+
 class MemoryKeyring(KeyringBackend):
     priority = 1  # type: ignore[assignment]
 
