@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
+import keyring
 from keyring.backend import KeyringBackend
 from keyring.errors import KeyringLocked
 
@@ -56,3 +60,18 @@ class LockedKeyring(KeyringBackend):
 
     def delete_password(self, service: str, username: str) -> None:
         raise KeyringLocked("the keyring is locked")
+
+
+B = TypeVar("B", bound=KeyringBackend)
+
+
+@contextmanager
+def installed(backend: B) -> Iterator[B]:
+    """``backend`` as this process's keyring for the ``with`` block (the
+    one it replaced is put back after)."""
+    before = keyring.get_keyring()
+    keyring.set_keyring(backend)
+    try:
+        yield backend
+    finally:
+        keyring.set_keyring(before)

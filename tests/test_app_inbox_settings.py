@@ -11,7 +11,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import keyring
 import pytest
 from keyring.backend import KeyringBackend
 from pydantic import BaseModel, Field
@@ -33,6 +32,7 @@ from desktop_app.secrets import SERVICE
 from desktop_app.store.sqlite.agent_runs import AgentRun, SqliteAgentStore
 from desktop_app.store.sqlite.store import open_store
 from tests.app_support import messages, settle, wait_until
+from tests.file_keyring import installed
 
 SIZE = (140, 45)
 #: 3 h 12 min 30 s: shown as "in 3h 12m".
@@ -199,13 +199,8 @@ class MemoryKeyring(KeyringBackend):
 
 @pytest.fixture
 def memory_keyring() -> Any:
-    before = keyring.get_keyring()
-    ring = MemoryKeyring()
-    keyring.set_keyring(ring)
-    try:
+    with installed(MemoryKeyring()) as ring:
         yield ring
-    finally:
-        keyring.set_keyring(before)
 
 
 # -- inbox -----------------------------------------------------------------------

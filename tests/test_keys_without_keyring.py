@@ -21,6 +21,7 @@ from desktop_app.errors import KeyFileError, SecretsError
 from desktop_app.secrets import get_secret, model_api_key, read_key_file, set_secret
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.chat_server import ChatServer, completion
+from tests.file_keyring import installed
 from tests.test_app_inbox_settings import MemoryKeyring
 
 REPO = Path(__file__).resolve().parents[1]
@@ -243,13 +244,8 @@ class Ring(MemoryKeyring):
 
 @pytest.fixture
 def ring():
-    before = keyring.get_keyring()
-    ring = Ring()
-    keyring.set_keyring(ring)
-    try:
+    with installed(Ring()) as ring:
         yield ring
-    finally:
-        keyring.set_keyring(before)
 
 
 def test_a_key_with_a_line_break_is_not_stored_in_the_keyring(ring):

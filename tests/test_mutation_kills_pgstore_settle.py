@@ -210,6 +210,30 @@ def _canceled(c: Checkpoint) -> Checkpoint:
     return c.evolve(revision=c.revision + 1, status="canceled", waits=())
 
 
+def four_intents(s: Any, short_ttl: float) -> float:
+    """Run ``r1`` created on store ``s`` (either backend) with revision 1's
+    four intents, to destinations named for what became of them: ``pending``
+    (never claimed), ``gone`` (claimed for ten days by ``h:gone``),
+    ``expired`` and ``alive`` (claimed for ``short_ttl`` seconds by ``h:exp``
+    and ``h:alive``); the three claimed ones began sending. Returns the
+    store's time of the claims (UTC epoch seconds)."""
+    s.create_run(run("r1"), cp("r1", 0, {}))
+    dests = ["pending", "gone", "expired", "alive"]
+    s.append(
+        cp("r1", 1, {}),
+        intents=[Intent(f"r1:s:0:{i}", "r1", "s", d, {"i": i}) for i, d in enumerate(dests)],
+    )
+    t: float = s.now()
+    for holder, ttl, dest in (
+        ("h:gone", 864000.0, "gone"),
+        ("h:exp", short_ttl, "expired"),
+        ("h:alive", short_ttl, "alive"),
+    ):
+        (claimed,) = s.claim_intents(holder, ttl, 1, now=t, destinations=[dest])
+        assert s.mark_intent(claimed.intent_id, "sending", t)  # its send begins
+    return t
+
+
 def test_a_cancel_withdraws_what_no_live_dispatcher_holds_judged_at_the_time_given(pg_store):
     """A cancel (``update_latest_withdrawing``) of a run with four intents,
     at a time an hour past two claims' expiry: the pending one, the one
@@ -218,20 +242,7 @@ def test_a_cancel_withdraws_what_no_live_dispatcher_holds_judged_at_the_time_giv
     whose claim expired but whose dispatcher still runs is left in flight.
     The run is canceled in the same transaction."""
     s = pg_store
-    s.create_run(run("r1"), cp("r1", 0, {}))
-    dests = ["pending", "gone", "expired", "alive"]
-    s.append(
-        cp("r1", 1, {}),
-        intents=[Intent(f"r1:s:0:{i}", "r1", "s", d, {"i": i}) for i, d in enumerate(dests)],
-    )
-    t = s.now()
-    for holder, ttl, dest in (
-        ("h:gone", 864000.0, "gone"),
-        ("h:exp", 3600.0, "expired"),
-        ("h:alive", 3600.0, "alive"),
-    ):
-        (claimed,) = s.claim_intents(holder, ttl, 1, now=t, destinations=[dest])
-        assert s.mark_intent(claimed.intent_id, "sending", t)  # its send begins
+    t = four_intents(s, 3600.0)
     cp2, done = s.update_latest_withdrawing(
         "r1",
         _canceled,

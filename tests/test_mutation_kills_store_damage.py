@@ -17,7 +17,6 @@ import pytest
 
 from desktop_app.errors import CheckpointCorruptError
 from desktop_app.flow import Engine
-from desktop_app.store.records import Intent
 from tests.damaged_flows import Order, completed_stepper, stepper
 
 
@@ -263,24 +262,11 @@ def test_ending_an_unreadable_run_withdraws_what_no_live_dispatcher_holds(databa
     transaction."""
     import time
 
-    from tests.test_mutation_kills_pgstore_settle import cp, run
+    from tests.test_mutation_kills_pgstore_settle import four_intents
 
     s = _open(database)
     try:
-        s.create_run(run("r1"), cp("r1", 0, {}))
-        dests = ["pending", "gone", "expired", "alive"]
-        s.append(
-            cp("r1", 1, {}),
-            intents=[Intent(f"r1:s:0:{i}", "r1", "s", d, {"i": i}) for i, d in enumerate(dests)],
-        )
-        t = s.now()
-        for holder, ttl, dest in (
-            ("h:gone", 864000.0, "gone"),
-            ("h:exp", 0.05, "expired"),
-            ("h:alive", 0.05, "alive"),
-        ):
-            (claimed,) = s.claim_intents(holder, ttl, 1, now=t, destinations=[dest])
-            assert s.mark_intent(claimed.intent_id, "sending", t)  # its send begins
+        four_intents(s, 0.05)
         time.sleep(0.3)  # the two short claims expire
         ended, done = s.end_unreadable_withdrawing(
             "r1",
