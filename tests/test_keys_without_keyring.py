@@ -176,6 +176,7 @@ def test_flowdesk_ask_uses_a_key_file_and_prints_no_key(tmp_path):
 # -- a key that is more than a key (a privacy tryout: it reached SQLite whole) ------
 
 
+@pytest.mark.scenario("S114")
 @pytest.mark.parametrize(
     ("source", "text", "said"),
     [
@@ -258,6 +259,7 @@ def test_a_key_with_a_line_break_is_not_stored_in_the_keyring(ring):
     assert ring.store == {}
 
 
+@pytest.mark.scenario("S114")
 def test_a_keyring_entry_that_is_not_one_token_is_refused_before_a_request(ring):
     ring.store[("flowdesk", "model_api_key")] = f"{KEY} {KEY}"  # stored by another tool
     with pytest.raises(SecretsError) as info:
@@ -284,6 +286,7 @@ def test_a_keyring_backend_failing_its_own_way_says_so_without_the_key(ring):
     )
 
 
+@pytest.mark.scenario("S114")
 def test_secrets_set_refuses_a_key_on_the_command_line_without_echoing_it(tmp_path):
     db = tmp_path / "f.db"
     out = subprocess.run(

@@ -143,6 +143,7 @@ def test_agent_retries_5xx_and_stores_429_retry_after(server, sqlite_store):
     assert failed.status == "failed" and len(server.requests) == 5  # 4xx: not retried
 
 
+@pytest.mark.scenario("S114")
 @pytest.mark.parametrize(
     ("key", "echoed"),
     [

@@ -104,6 +104,7 @@ def test_a_log_line_with_a_url_secret_is_masked_in_the_log_file(tmp_path):
     assert MCP_PASS not in text and MCP_TOKEN not in text
 
 
+@pytest.mark.scenario("S114")
 def test_an_mcp_server_url_with_secrets_is_masked_on_stderr_in_the_log_and_the_database(
     tmp_path,
 ):
@@ -142,6 +143,7 @@ def test_an_mcp_server_url_with_secrets_is_masked_on_stderr_in_the_log_and_the_d
         assert secret.encode() not in written(db)
 
 
+@pytest.mark.scenario("S114")
 def test_an_mcp_server_command_that_fails_shows_its_command_without_secrets(tmp_path):
     """The tryout: a command server that failed to start printed its whole
     argument list, a ``--header "Authorization: Bearer ..."`` and a
@@ -295,6 +297,7 @@ def _settings(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+@pytest.mark.scenario("S114")
 def test_doctor_sends_the_configured_key_and_says_when_the_provider_refuses_it(tmp_path, models):
     """The tryout: doctor asked /models with no key, so a refused key read
     ``ok  model provider ... HTTP 401``."""

@@ -29,6 +29,7 @@ conn.close()
 """
 
 
+@pytest.mark.scenario("S115")
 @pytest.mark.parametrize("mode", [0o644, 0o666, 0o600])
 def test_the_wal_and_shm_files_are_0600_whatever_the_database_mode_and_umask(
     tmp_path: Path, mode: int
