@@ -151,6 +151,14 @@ def cmd_db_copy(ctx: Ctx) -> int:
             f"process on it executes {'it' if len(report.moved) == 1 else 'them'} again "
             f"{listing(report.scopes_of('runs', 'agent_runs', moved=True), len(report.moved))}"
         )
+    if report.moved_intents:  # the target's dispatchers deliver them, the file's never
+        n = len(report.moved_intents)
+        print(
+            f"marked {plural(n, 'queued side effect')} (outbox "
+            f"{'intent' if n == 1 else 'intents'} not delivered yet) moved in {source.path}: "
+            f"no dispatcher on it sends {'it' if n == 1 else 'them'}; the workers of "
+            f"{target.shown} do"
+        )
     if report.moved_threads:  # their checkpointer on the file refuses them now
         n = len(report.moved_threads)
         print(

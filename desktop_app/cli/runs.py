@@ -526,6 +526,9 @@ def cmd_show(ctx: Ctx) -> int:
     now = ctx.judged_now(sv)
     status = display_status(run, now)
     unsent = store.open_intents(run.run_id)
+    # db copy moved these: the other database's dispatchers deliver them
+    moved_away = [i for i in unsent if i.moved_to is not None]
+    unsent = [i for i in unsent if i.moved_to is None]
     undelivered = len(unsent)
     sending = sum(i.status == "sending" for i in unsent)
     being_made = _being_made(store, run.run_id, now) if sending else {}
@@ -557,6 +560,8 @@ def cmd_show(ctx: Ctx) -> int:
                 "flow_version": run.flow_version,
                 # withdrawn mid-send, never looked up: made or not, no one knows
                 "unknown_outcome": [_intent_json(i) for i in unknown],
+                # not delivered here: db copy moved them (URL -> how many)
+                "side_effects_moved": _moved_counts(moved_away),
                 "moved": moved,
                 # why no process goes on with it (its flow changed), or null
                 "stuck": None if stuck is None else version_refusal(ctx.hints, stuck),
@@ -608,6 +613,14 @@ def cmd_show(ctx: Ctx) -> int:
     )
     for line in delivery_lines(ctx, run, unsent, being_made):
         print(line)
+    for where, n in _moved_counts(moved_away).items():
+        one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+        print(
+            f"its {plural(n, one, many)} not delivered {'was' if n == 1 else 'were'} moved to "
+            f"{where} by flowdesk db copy: the workers there deliver "
+            f"{'it' if n == 1 else 'them'}, nothing on this database does; see "
+            f"{'it' if n == 1 else 'them'} there: {moved_hint(ctx.hints, where, run.run_id)}"
+        )
     if unknown:
         _say(unknown_line(run.flow_name, unknown))
     if status == MOVED:
@@ -802,6 +815,14 @@ def _delivery_said(
         + (f" · {making} ({BEING_MADE})" if making else "")
         + (f" · {unsettled} ({MAY_HAVE_BEEN_MADE})" if unsettled else "")
     )
+
+
+def _moved_counts(intents: list[Any]) -> dict[str, int]:
+    """Where ``db copy`` moved ``intents`` (their ``moved_to``) -> how many."""
+    counts: dict[str, int] = {}
+    for i in intents:
+        counts[i.moved_to] = counts.get(i.moved_to, 0) + 1
+    return counts
 
 
 def _being_made(store: Any, run_id: str, now: float) -> dict[str, int]:

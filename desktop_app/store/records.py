@@ -234,6 +234,9 @@ class Intent:
     on the step's k-th visit, k >= 2, unless the step gives one).
     ``interrupted`` is set on an intent ``claim_intents`` handed out because
     the dispatcher that was sending it died: reconcile before sending again.
+    ``moved_to``: where ``db copy`` moved it (the database URL, password left
+    out), read from a file it left: that database's dispatchers deliver it,
+    none of the file's.
     """
 
     intent_id: str
@@ -246,6 +249,7 @@ class Intent:
     receipt: JSON = None
     last_error: str | None = None
     interrupted: bool = False
+    moved_to: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

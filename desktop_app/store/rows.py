@@ -27,6 +27,7 @@ from desktop_app.errors import (
     DuplicateWaitIdError,
     StateNotStorableError,
     StoreError,
+    moved_to,
 )
 from desktop_app.store import codec
 from desktop_app.store.records import (
@@ -165,7 +166,8 @@ def run_from_row(row: Sequence[Any]) -> RunRecord:
 
 def intent_from_row(row: Sequence[Any], *, interrupted: bool = False) -> Intent:
     """An ``outbox`` row (intent_id, run_id, step_id, destination, payload,
-    status, attempts, receipt, last_error, ...) as an :class:`Intent`."""
+    status, attempts, receipt, last_error[, claimed_by, ...]) as an
+    :class:`Intent` (``moved_to`` from a claim ``db copy`` wrote)."""
     return Intent(
         str(row[0]),
         str(row[1]),
@@ -177,6 +179,7 @@ def intent_from_row(row: Sequence[Any], *, interrupted: bool = False) -> Intent:
         None if row[7] is None else codec.loads(row[7]),
         row[8],
         interrupted=interrupted,
+        moved_to=moved_to(row[9] if len(row) > 9 else None),
     )
 
 

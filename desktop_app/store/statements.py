@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from desktop_app.errors import ENDED_RUN_STATUSES
+from desktop_app.errors import ENDED_RUN_STATUSES, MOVED_PREFIX
 from desktop_app.store.records import AgentRun
 
 
@@ -239,9 +239,14 @@ class Statements:
             f"JOIN runs r ON r.run_id=o.run_id WHERE o.run_id={p} AND r.scope={p} "
             "AND o.status='sending' ORDER BY o.created_at, o.intent_id"
         )
+        # not those db copy moved (claimed for ever by "moved to URL"): the
+        # database they moved to delivers them (a file's runs list no longer
+        # counts them queued there)
         self.undelivered_by_run = (
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
-            f"WHERE o.status IN ('pending','sending') AND r.scope={p} GROUP BY o.run_id"
+            f"WHERE o.status IN ('pending','sending') AND r.scope={p} "
+            f"AND (o.claimed_by IS NULL OR substr(o.claimed_by, 1, {len(MOVED_PREFIX)}) <> "
+            f"'{MOVED_PREFIX}') GROUP BY o.run_id"
         )
         # -- agent runs ----------------------------------------------------------
         self.agent_columns = (

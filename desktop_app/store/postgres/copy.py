@@ -43,6 +43,15 @@ moved. A run whose row changed since the snapshot (a process resumed it
 meanwhile) makes the copy refuse (:class:`~desktop_app.errors.CopySourceChangedError`,
 nothing copied): its copy would be older than the file.
 
+Every copied outbox intent not delivered yet (``pending``, or ``sending``
+by a dispatcher that is gone: a live one makes the copy refuse) is marked
+moved in the same write transaction: its claim becomes :func:`moved_owner`'s
+until the year 9999, so no dispatcher of the file claims it again (the
+server's dispatchers deliver it; before, a completed run's queued side
+effect was delivered from both places). An intent whose row changed since
+the snapshot (a dispatcher of the file sent it meanwhile) makes the copy
+refuse, as a changed run does.
+
 Every copied LangGraph thread that had not completed is marked moved in the
 same write transaction: its row's ``owner`` becomes :func:`moved_owner`.
 The user's program, not a worker, continues a thread, so the checkpointer
@@ -114,6 +123,9 @@ class CopyReport:
     rows: dict[str, int] = field(default_factory=dict)
     moved: list[str] = field(default_factory=list)
     moved_threads: list[str] = field(default_factory=list)
+    #: outbox intents not delivered yet, marked moved in the source file
+    #: (intent ids): the server's dispatchers deliver them
+    moved_intents: list[str] = field(default_factory=list)
     scopes: dict[str, list[str]] = field(default_factory=dict)
     moved_scopes: dict[str, list[str]] = field(default_factory=dict)
 
@@ -236,11 +248,11 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str) -> CopyRep
             migrations.verify(dst, db=redact(url))
             dst.autocommit = False
             try:
-                report, unfinished = _copy(src, dst, redact(url))
-                # the file's write lock taken, its runs checked and marked, then
-                # PostgreSQL commits, then the file: a failure before either
-                # commit leaves both as they were
-                _mark_moved_then_commit(path, unfinished, moved_owner(url), report, dst)
+                report, unfinished, intents = _copy(src, dst, redact(url))
+                # the file's write lock taken, its runs and intents checked and
+                # marked, then PostgreSQL commits, then the file: a failure
+                # before either commit leaves both as they were
+                _mark_moved_then_commit(path, unfinished, intents, moved_owner(url), report, dst)
                 return report
             except psycopg.Error as exc:
                 dst.rollback()
@@ -276,6 +288,13 @@ _MARK = {"runs": "lease_owner", "agent_runs": "lease_owner", "langgraph_threads"
 
 Unfinished = dict[str, list[tuple[Any, ...]]]
 
+#: the snapshot's outbox intents not delivered yet: intent id, then the
+#: columns that tell the row unchanged when it is marked moved
+_OPEN_INTENTS = (
+    "SELECT intent_id, run_id, status, attempts, claimed_by, claim_expires_at FROM outbox "
+    "WHERE status IN ('pending', 'sending') ORDER BY intent_id"
+)
+
 
 def _unfinished(src: apsw.Connection) -> Unfinished:
     """The snapshot's flow runs, agent runs and LangGraph threads that have
@@ -303,29 +322,38 @@ def _named(table: str, key: tuple[Any, ...]) -> str:
     return f"run {one_line(str(key[0]))} ({'flow run' if table == 'runs' else 'agent run'})"
 
 
+def _intent_named(intent_id: Any, run_id: Any) -> str:
+    """How an outbox intent is named in ``db copy``'s lines: ``outbox intent
+    K (run R)`` (the user's ids escaped)."""
+    return f"outbox intent {one_line(str(intent_id))} (run {one_line(str(run_id))})"
+
+
 def _mark_moved_then_commit(
     path: str,
     unfinished: Unfinished,
+    intents: list[tuple[Any, ...]],
     owner: str,
     report: CopyReport,
     dst: psycopg.Connection[Any],
 ) -> None:
     """In one write transaction on the file ``path``: give each run of
-    ``unfinished`` a lease of ``owner`` expiring in the year 9999, and each
+    ``unfinished`` a lease of ``owner`` expiring in the year 9999, each
     LangGraph thread the owner ``owner`` (what its checkpointer on the file
-    refuses), checking each is still as the snapshot read it; then commit
-    ``dst`` (the copy on PostgreSQL), then the file. Fills ``report.moved``
-    and ``report.moved_threads``.
+    refuses), and each outbox intent of ``intents`` (rows of
+    :data:`_OPEN_INTENTS`) a claim of ``owner`` until then (no dispatcher of
+    the file takes it), checking each is still as the snapshot read it;
+    then commit ``dst`` (the copy on PostgreSQL), then the file. Fills
+    ``report.moved``, ``report.moved_threads`` and ``report.moved_intents``.
 
     Raises:
-        CopySourceChangedError: a run changed since the snapshot; nothing
-            was written to either side.
+        CopySourceChangedError: a run or an intent changed since the
+            snapshot; nothing was written to either side.
         StoreError: the file could not be written (nothing was copied), or
             could not commit after PostgreSQL did (the message says so).
     """
     from desktop_app.store.connection import open_connection
 
-    if not any(unfinished.values()):  # every run ended: the file is left as it is
+    if not any(unfinished.values()) and not intents:  # all ended and delivered: left as is
         dst.commit()
         return
     conn = open_connection(path, create=False)
@@ -350,6 +378,17 @@ def _mark_moved_then_commit(
                             report.moved_threads.append(str(key[1]))
                         else:
                             report.moved.append(str(key[0]))
+                for intent_id, run_id, *same in intents:
+                    conn.execute(
+                        "UPDATE outbox SET claimed_by = ?, claim_expires_at = ? "
+                        "WHERE intent_id = ? AND status IS ? AND attempts IS ? "
+                        "AND claimed_by IS ? AND claim_expires_at IS ?",
+                        (owner, MOVED_EXPIRES_AT, intent_id, *same),
+                    )
+                    if not conn.changes():  # a dispatcher of the file sent it meanwhile
+                        changed.append(_intent_named(intent_id, run_id))
+                    else:
+                        report.moved_intents.append(str(intent_id))
                 if changed:  # the transaction rolls back: nothing marked
                     raise CopySourceChangedError(path, changed)
                 dst.commit()  # then the file commits, leaving this block
@@ -429,10 +468,11 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
 
 
 def moved_runs(src: apsw.Connection) -> list[str]:
-    """The unfinished flow runs, agent runs and LangGraph threads of the
-    SQLite database ``src`` an earlier ``db copy`` moved (read in its
-    current transaction), one line each: ``run R (flow run): moved to
-    URL``, ``LangGraph thread T (scope S): moved to URL``."""
+    """The unfinished flow runs, agent runs and LangGraph threads, and the
+    outbox intents not delivered, of the SQLite database ``src`` an earlier
+    ``db copy`` moved (read in its current transaction), one line each:
+    ``run R (flow run): moved to URL``, ``LangGraph thread T (scope S):
+    moved to URL``, ``outbox intent K (run R): moved to URL``."""
     out: list[str] = []
     for table, mark in _MARK.items():
         ended = ", ".join(f"'{s}'" for s in _ENDED[table])
@@ -443,16 +483,23 @@ def moved_runs(src: apsw.Connection) -> list[str]:
             (f"{MOVED_PREFIX}%",),
         ):
             out.append(f"{_named(table, tuple(ids))}: moved to {moved_to(owner)}")
+    for intent_id, run_id, owner in src.execute(  # queued side effects (a completed run's)
+        "SELECT intent_id, run_id, claimed_by FROM outbox WHERE claimed_by LIKE ? "
+        "AND status IN ('pending', 'sending') ORDER BY intent_id",
+        (f"{MOVED_PREFIX}%",),
+    ):
+        out.append(f"{_intent_named(intent_id, run_id)}: moved to {moved_to(owner)}")
     return out
 
 
 def _copy(
     src: apsw.Connection, dst: psycopg.Connection[Any], where: str
-) -> tuple[CopyReport, Unfinished]:
+) -> tuple[CopyReport, Unfinished, list[tuple[Any, ...]]]:
     src.execute("BEGIN")  # one snapshot of the whole file: the check and the rows copied
     try:
         unfinished = _unfinished(src)  # the snapshot the copy reads: their rows as copied
-        return _copy_snapshot(src, dst, where), unfinished
+        intents = list(src.execute(_OPEN_INTENTS))  # likewise
+        return _copy_snapshot(src, dst, where), unfinished, intents
     finally:
         src.execute("COMMIT")
 
