@@ -39,6 +39,7 @@ class Mailbox:
         return {"ok": True}
 
 
+@pytest.mark.scenario("S116")
 def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only(
     db_path: Path, pg_url: str
 ) -> None:
