@@ -355,6 +355,13 @@ def stopped_holder_words(pid: int) -> str:
     return f"its process {pid} runs nothing now: it is {STOPPED.format(pid=pid)}"
 
 
+def holder_words(owner: str) -> str:
+    """A lease or claim owner (``host:pid:tag``) as a person reads it:
+    ``process 1234 on host laptop (owner laptop:1234:ab12cd@99)``."""
+    host, _, rest = owner.partition(":")
+    return f"process {rest.partition(':')[0]} on host {host} (owner {owner})"
+
+
 def agent_status_words(status: str) -> str:
     """An agent run's status (:func:`display_status`) for a sentence, in the
     words the runs table shows (``done`` → ``completed``, ``timeout`` →

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -601,3 +602,38 @@ def test_an_answer_that_leaves_the_run_waiting_again_says_what_for_and_it_runs_a
     resumed = flowdesk(db, "resume", "--all", env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert flowdesk(db, "show", run_id, env=env).stdout.splitlines()[0].endswith("completed")
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_sigterm_on_postgres_says_a_worker_may_take_the_run_over_and_its_hint_finishes_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A team tryout: on PostgreSQL the SIGTERM hint said only "run resume
+    to continue", and a worker had taken the run over a second later, so
+    the resume as printed was refused as held. It says a worker may have
+    taken it over and that ``show`` names who holds it; with none there,
+    the hint, run as printed, finishes the run."""
+    docs, out = tmp_path / "docs", tmp_path / "out"
+    make_corpus(docs, 3000)
+    proc = _digest_until_progress(
+        ["--db", pg_url, "run", "digest", "--folder", str(docs), "--out", str(out)]
+    )
+    assert proc.stdout is not None
+    rid = proc.stdout.readline().strip()
+    shown = flowdesk(pg_url, "show", rid)  # while it runs: who holds it, by name
+    assert (
+        f"running: being executed by process {proc.pid} on host {socket.gethostname()} (owner "
+    ) in shown.stdout, shown.stdout
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert (
+        "` to continue it here if no worker has taken it over (a `flowdesk agent` running on "
+        "this database picks an interrupted run up on its own; `show` names who holds it)"
+    ) in err, err
+    hint = hint_after(err, "flowdesk: stopped by SIGTERM; run ")
+    assert hint.startswith(f"flowdesk --db {pg_url} resume "), hint
+    resumed = in_bash(hint)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (out / "digest.md").exists()

@@ -191,8 +191,23 @@ class Ctx:
             said = "nothing was answered: the stop came before the answer was saved"
             return self.unanswered, f"to answer ({said})"
         if self.current_run is not None:
-            return f"resume {self.current_run}", "to continue"
+            return f"resume {self.current_run}", self._continue_it()
         return self.continue_with or "resume --all", "to continue"
+
+    def _continue_it(self) -> str:
+        """What ``resume RUN`` does for the run a stop cut off: on
+        PostgreSQL a running worker (``flowdesk agent``) takes an
+        interrupted run over on its own, within a second, and the resume
+        then finds it held: said, so the refusal is not a surprise (a team
+        tryout)."""
+        from desktop_app.bootstrap import parse_database
+
+        if parse_database(self.settings.db_path).backend != "postgres":
+            return "to continue"
+        return (
+            "to continue it here if no worker has taken it over (a `flowdesk agent` running "
+            "on this database picks an interrupted run up on its own; `show` names who holds it)"
+        )
 
     @property
     def settings(self) -> Settings:

@@ -65,6 +65,7 @@ from desktop_app.runs_view import (
     MOVED,
     claim_is_live,
     display_status,
+    holder_words,
     making_text,
     processes_text,
     queued_text,
@@ -641,6 +642,8 @@ def cmd_show(ctx: Ctx) -> int:
         print(f"waiting: {why}; then the commands below move it on")
     elif held_still is not None:
         print(f"{status}: {stopped_holder_words(held_still)}")
+    elif status == "running" and run.lease_owner is not None:  # who moves it on (a worker?)
+        print(f"running: being executed by {holder_words(run.lease_owner)}")
     if run.error and run.status != "waiting":
         _say(f"error: {run.error}")
     if status == "failed":  # what start, resume and answer print for it too

@@ -86,6 +86,7 @@ from desktop_app.errors import (
     moved_to,
 )
 from desktop_app.flow.owners import holding, liveness
+from desktop_app.runs_view import holder_words
 from desktop_app.store import migrations
 from desktop_app.store.connection import BusyWait, translate
 from desktop_app.store.postgres.sql import connect, no_nul, redact
@@ -403,12 +404,6 @@ def _mark_moved_then_commit(
         conn.close()
 
 
-def _owner_text(owner: str) -> str:
-    """``process 1234 on host laptop (owner laptop:1234:ab12cd@99)``."""
-    host, _, rest = owner.partition(":")
-    return f"process {rest.partition(':')[0]} on host {host} (owner {owner})"
-
-
 def held_runs(src: apsw.Connection, now: float) -> list[str]:
     """The runs of the SQLite database ``src`` that a live process holds, read
     in its current transaction, judged at ``now`` (UTC epoch s), one line
@@ -463,7 +458,7 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
                 what = f"{'agent' if kind == 'agent' else 'flow'} {one_line(str(name))}"
                 said = f"run {rid} ({what}, scope {scp})"
             doing = " sending its side effects" if kind == "outbox" else ""
-            out.append(f"{said}: {_owner_text(owner)}{doing}")
+            out.append(f"{said}: {holder_words(owner)}{doing}")
     return out
 
 
