@@ -63,6 +63,7 @@ from desktop_app.runs_view import (
     agent_status_words,
     display_status,
     ended_withdrawn_text,
+    flow_executor_text,
     withdrawn_text,
 )
 from desktop_app.store.protocol import AGENT_ENDED, RunRecord, RunStatus
@@ -537,6 +538,13 @@ class Controller:
         assert engine is not None
         rid = short_id(run_id)
         try:
+            # read before the cancel (its lease goes with it): a step another
+            # process has in flight runs to its end, as `cancel` says too
+            executing = (
+                None
+                if run_id in engine.executing()  # driven here: it stops here
+                else flow_executor_text(engine.store, run_id, self._host.now())
+            )
             try:
                 done = engine.cancel_withdrawing(run_id)
             except RunStateError as exc:  # it ended: withdraw what it left queued
@@ -566,7 +574,8 @@ class Controller:
             took_back = withdrawn_text(
                 run.flow_name, len(done.withdrawn), len(done.made), len(done.unknown)
             )
-            self._say(f"Run {rid} is {run.status}" + (f"; {took_back}." if took_back else "."))
+            parts = [t for t in (took_back, executing if run.status == "canceled" else None) if t]
+            self._say(f"Run {rid} is {run.status}" + "".join(f"; {t}" for t in parts) + ".")
         finally:
             self._app.post_message(RunChanged(run_id))
 
