@@ -23,7 +23,7 @@ from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.events import RunFinished
 from desktop_app.store.sqlite.store import open_store
 from tests.cli_support import as_printed, flowdesk
-from tests.timer_flows import LIMIT_S, LIMITED_ENV, Order, limited
+from tests.timer_flows import LIMIT_S, LIMITED_ENV, NAP_S, Order, limited, napper
 
 ENV = {"FLOWDESK_FLOWS": LIMITED_ENV}
 
@@ -72,7 +72,7 @@ def test_a_wake_that_times_a_run_out_publishes_its_end(db_path: Path) -> None:
     clock = ManualClock()
     store = open_store(db_path)
     try:
-        engine = Engine(store, flows=[limited], clock=clock)
+        engine = Engine(store, flows=[limited, napper], clock=clock)
         ended: list[RunFinished] = []
         engine.events.subscribe(lambda e: ended.append(e) if isinstance(e, RunFinished) else None)
         run = engine.run("limited", Order(order="o"))
@@ -81,7 +81,20 @@ def test_a_wake_that_times_a_run_out_publishes_its_end(db_path: Path) -> None:
         clock.advance(LIMIT_S + 1)
         assert engine.tick() == 1
         assert [(e.run_id, e.status) for e in ended] == [(run.run_id, "timed_out")]
-        assert store.get_run(run.run_id).status == "timed_out"
+        stored = store.get_run(run.run_id)
+        assert stored.status == "timed_out"
+        assert ended[0].error == stored.error and (stored.error or "").startswith(
+            "run deadline passed ("
+        )  # what the agent prints after the run's end
+
+        # a wake that does not end the run (its timer fired, it goes on) adds
+        # no end of its own: the run's drive publishes the one it reaches
+        napping = engine.run("napper", Order(order="n"))
+        assert napping.status == "waiting"
+        ended.clear()
+        clock.advance(NAP_S + 1)
+        assert engine.tick() == 1
+        assert [(e.run_id, e.status) for e in ended] == [(napping.run_id, "completed")]
     finally:
         store.close()
 
