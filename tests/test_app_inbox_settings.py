@@ -837,8 +837,17 @@ async def test_the_base_url_is_shown_without_its_secrets_and_saving_keeps_them(
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         screen = await open_settings(pilot)
-        shown = screen.query_one("#base-url", Input).value
+        field = screen.query_one("#base-url", Input)
+        shown = field.value
         assert shown == "http://u:***@127.0.0.1:11434/v1?api-key=***"
+        # edited from its masked form (another port): *** is not saved as the secret
+        field.value = shown.replace(":11434", ":11435")
+        await pilot.click("#save")
+        await settle(pilot)
+        assert screen.field_errors["base-url"].startswith("Its password or key shows as ***")
+        assert screen.saved_text == "Nothing saved: fix the fields marked above."
+        assert tomllib.loads(path.read_text())["model"]["base_url"] == written
+        field.value = shown  # as it was shown: saved with the secrets the file holds
         await pilot.click("#save")
         await settle(pilot)
         assert screen.saved_text == f"Saved to {path}. Restart Flowdesk to apply."

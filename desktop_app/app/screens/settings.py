@@ -30,7 +30,7 @@ from desktop_app.app.host import Host, host
 from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.widgets.bars import Footer
 from desktop_app.config import MAX_REQUEST_S, config_file
-from desktop_app.errors import FlowdeskError, redact
+from desktop_app.errors import FlowdeskError, has_secret, redact
 from desktop_app.private import make_private_dirs
 
 SYNCHRONOUS = ("NORMAL", "FULL", "EXTRA")
@@ -263,6 +263,14 @@ class SettingsScreen(ModalScreen[None]):
         ok = True
         if base_url and not base_url.startswith(("http://", "https://")):
             self._field_error("base-url", "Start it with http:// or https://")
+            ok = False
+        elif base_url != configured and has_secret(base_url) and redact(base_url) == base_url:
+            # edited from its masked form: the *** would be saved as the secret
+            self._field_error(
+                "base-url",
+                "Its password or key shows as ***: type the whole URL with them again, or "
+                "put the field back as it was shown",
+            )
             ok = False
         else:
             self._field_error("base-url", "")
