@@ -213,3 +213,58 @@ def test_an_answer_to_a_question_another_process_answered_and_runs_on_says_it_wa
             f"run {rid}: wait {wait.wait_id} was already answered; the first answer stands"
         )
         assert first.store.latest(rid).state["notes"] == ["yes"]
+
+
+# -- an answer past the run's own deadline, and one that does not fit ----------
+
+
+def test_an_answer_at_the_runs_own_deadline_is_refused_naming_both_times_and_times_it_out(
+    db_path,
+):
+    """In process (the CLI test of S113 sees it through a subprocess): an
+    answer given at the very instant the run's own deadline falls is late;
+    the refusal names that deadline, not the question's (an hour later),
+    and the run is timed out with nothing answered."""
+    from desktop_app.errors import RunStateError, iso_utc
+    from tests.timer_flows import LIMIT_S, Order, limited_asker
+
+    clock = ManualClock()
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[limited_asker], clock=clock)
+        run = engine.run("limited_asker", Order(order="o"))
+        assert run.status == "waiting"
+        deadline = store.get_run(run.run_id).deadline_at
+        assert deadline is not None
+        clock.advance(deadline - clock.now())  # exactly at it
+        with pytest.raises(RunStateError) as err:
+            engine.resume_with(run.run_id, "yes")
+        at = iso_utc(deadline, "milliseconds")
+        assert str(err.value) == (
+            f"run {run.run_id}: its own deadline passed before the answer came (its deadline "
+            f"{at}, the answer at {at} by the later of this process's clock and the "
+            "database's); the run is now timed_out; nothing was answered"
+        )
+        assert LIMIT_S < 3600  # the question's own deadline is an hour away: not the one named
+        assert store.get_run(run.run_id).status == "timed_out"
+        assert store.latest(run.run_id).state["approved"] is None
+    finally:
+        store.close()
+
+
+def test_an_answer_that_does_not_fit_its_field_says_so_and_the_run_still_waits(db_path):
+    from tests.timer_flows import Order, asker
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[asker], clock=ManualClock())
+        run = engine.run("asker", Order(order="o"))
+        with pytest.raises(InputError) as err:
+            engine.resume_with(run.run_id, {"not": "a string"})
+        assert str(err.value) == (
+            f"run {run.run_id}: the answer does not fit field 'approved': Input should be a "
+            "valid string; nothing was answered, the run still waits"
+        )
+        assert store.get_run(run.run_id).status == "waiting"
+    finally:
+        store.close()
