@@ -268,3 +268,34 @@ def test_an_answer_that_does_not_fit_its_field_says_so_and_the_run_still_waits(d
         assert store.get_run(run.run_id).status == "waiting"
     finally:
         store.close()
+
+
+def test_an_answer_that_is_not_json_data_says_so_and_the_run_still_waits(db_path):
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[approval()], clock=ManualClock())
+        rid = engine.run("approve", S()).run_id
+        with pytest.raises(InputError) as err:
+            engine.resume_with(rid, {1, 2})  # a set: not JSON data
+        said = str(err.value)
+        assert said.startswith(f"run {rid}: the answer must be JSON data: ")
+        assert said.endswith("; nothing was answered, the run still waits")
+        assert store.get_run(rid).status == "waiting"
+    finally:
+        store.close()
+
+
+def test_an_answer_that_loses_to_a_cancel_says_nothing_was_answered(db_path):
+    """The other process canceled the run between this answer's read and
+    its save: the answer is refused naming the cancel, not a conflict."""
+    from desktop_app.errors import RunStateError
+
+    with racing_engines(db_path, approval) as (first, second, clock):
+        rid = first.run("approve", S()).run_id
+        clock.arm(lambda: first.cancel(rid))
+        with pytest.raises(RunStateError) as lost:
+            second.resume_with(rid, "yes")
+        assert str(lost.value) == (
+            f"run {rid} was canceled a moment ago by another process; nothing was answered"
+        )
+        assert first.store.get_run(rid).status == "canceled"
