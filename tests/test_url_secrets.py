@@ -199,6 +199,41 @@ def test_a_provider_error_naming_the_base_url_masks_its_secrets(tmp_path):
     assert URL_PASS not in seen and URL_PASS.encode() not in written(db)
 
 
+def test_a_base_url_with_a_query_asks_after_its_path_and_a_401_echoing_its_secrets_is_masked(
+    tmp_path,
+):
+    """A re-tryout: ``model.base_url`` ``http://alice:PW@host/v1?token=T``
+    asked ``/v1?token=T/chat/completions`` (the path after the query), and
+    its password went out as a ``Basic`` header that a provider's 401
+    echoed, stored with the run, shown and exported unmasked."""
+    import base64
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    basic = base64.b64encode(f"alice:{URL_PASS}".encode()).decode()
+    with ChatServer() as server:
+        server.script = [
+            ("status", 401, {}, f"Incorrect API key provided: Basic {basic} (token {URL_KEY})")
+        ]
+        port = server.url.split(":")[2].split("/")[0]
+        base_url = f"http://alice:{URL_PASS}@127.0.0.1:{port}/v1?token={URL_KEY}"
+        env = {"FLOWDESK_MODEL__BASE_URL": base_url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = flowdesk(db, "ask", "hello", "--no-stream", env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    (request,) = server.requests
+    assert request["path"] == f"/v1/chat/completions?token={URL_KEY}"
+    assert "Incorrect API key provided: Basic *** (token ***)" in out.stderr, out.stderr
+    run_id = out.stderr.split()[1]
+    shown = flowdesk(db, "show", run_id)
+    exported = flowdesk(db, "export", "--out", str(tmp_path / "x"))
+    assert exported.returncode == 0, exported.stderr
+    files = "".join(p.read_text() for p in (tmp_path / "x").iterdir())
+    seen = out.stdout + out.stderr + shown.stdout + shown.stderr + flowdesk_log() + files
+    for secret in (URL_PASS, URL_KEY, basic):
+        assert secret not in seen, secret
+        assert secret.encode() not in written(db)
+
+
 def test_doctor_masks_the_secrets_of_the_model_base_url(tmp_path):
     db = tmp_path / "f.db"
     assert flowdesk(db, "db", "apply").returncode == 0

@@ -150,6 +150,32 @@ def _unicode(reply: AssistantReply) -> AssistantReply:
     return reply
 
 
+def provider_url(base_url: str) -> tuple[str, httpx.QueryParams]:
+    """``model.base_url`` split for requests: the URL without its query
+    (each request's path goes after the base's path, not after its ``?``:
+    ``http://h/v1?api_key=K`` asks ``/v1/chat/completions?api_key=K``), and
+    the query's parameters, sent with every request. Its password (httpx
+    sends ``user:password@`` as a ``Basic`` header, which a provider's 401
+    may echo) and each secret parameter's value are masked wherever text is
+    (:func:`~desktop_app.observability.mask_secret`)."""
+    import base64
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
+
+    from desktop_app.errors import secret_param
+
+    parts = urlsplit(base_url)
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.password:
+        mask_secret(parts.password)
+        basic = f"{parts.username or ''}:{parts.password}".encode()
+        mask_secret(base64.b64encode(basic).decode())
+    for name, value in params:
+        if secret_param(name):
+            mask_secret(value)
+    base = urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+    return base, httpx.QueryParams(tuple(params))
+
+
 class OpenAICompatibleModel:
     """A :class:`~desktop_app.agent.models.ChatModel` over ``POST {base_url}/chat/completions``.
 
@@ -183,9 +209,10 @@ class OpenAICompatibleModel:
         self.streaming = stream
         self.timeout_s = timeout_s
         mask_secret(api_key)  # never in a log record nor in a provider's error text
+        base, params = provider_url(base_url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s, transport=transport
+            base_url=base, params=params, headers=headers, timeout=timeout_s, transport=transport
         )
 
     def _waited(self) -> str:

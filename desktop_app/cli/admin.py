@@ -367,6 +367,7 @@ def _model_provider_check(cfg: ModelSettings, base_url: str) -> tuple[bool, str]
     """
     import httpx
 
+    from desktop_app.agent.openai_compat import provider_url
     from desktop_app.observability import mask_secret
     from desktop_app.secrets import api_key_hint, model_api_key
 
@@ -380,7 +381,8 @@ def _model_provider_check(cfg: ModelSettings, base_url: str) -> tuple[bool, str]
         mask_secret(key.get_secret_value())  # never in the log file
         headers["Authorization"] = f"Bearer {key.get_secret_value()}"
     try:
-        resp = httpx.get(base_url.rstrip("/") + "/models", headers=headers, timeout=3)
+        base, params = provider_url(base_url)  # the query after the path, as the agent asks
+        resp = httpx.get(base + "/models", params=params, headers=headers, timeout=3)
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return False, redact_urls(f"{where}: {type(exc).__name__}: {exc}")
     code = resp.status_code
