@@ -98,8 +98,8 @@ def has_secret(url: str) -> bool:
             return True
     except ValueError:  # a malformed netloc (bad port, bracket): treat it as holding one
         return True
-    keys = (param.partition("=")[0] for param in parts.query.split("&"))
-    return any(secret_param(key) for key in keys)
+    params = [*parts.query.split("&"), *parts.fragment.split("&")]  # `#token=...` too
+    return any(secret_param(param.partition("=")[0]) for param in params if param)
 
 
 def redact(url: str, mask: str | None = "***") -> str:
@@ -118,8 +118,8 @@ def redact(url: str, mask: str | None = "***") -> str:
 
     Returns:
         str: the URL with the password of its ``user:password@`` part and
-        the value of every query parameter :func:`secret_param` names masked
-        or left out; a URL too malformed to take apart (an unclosed ``[``)
+        the value of every query (or fragment) parameter :func:`secret_param`
+        names masked or left out; a URL too malformed to take apart (an unclosed ``[``)
         keeps only its scheme (``http://***``).
     """
     from urllib.parse import urlsplit, urlunsplit
@@ -137,14 +137,20 @@ def redact(url: str, mask: str | None = "***") -> str:
         if colon and user and mask is not None:
             user += f":{mask}"
         netloc = (user + "@" if user else "") + hostport
-    query = []  # each parameter kept as written (libpq reads "+" as "+", not a space)
-    for param in parts.query.split("&") if parts.query else ():
-        key = param.partition("=")[0]
-        if not secret_param(key):
-            query.append(param)
-        elif mask is not None:
-            query.append(f"{key}={mask}")
-    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(query), parts.fragment))
+    def kept(text: str) -> str:
+        """``text``'s ``&``-separated parameters, each kept as written
+        (libpq reads "+" as "+", not a space) or its secret value masked."""
+        out = []
+        for param in text.split("&") if text else ():
+            key = param.partition("=")[0]
+            if not secret_param(key):
+                out.append(param)
+            elif mask is not None:
+                out.append(f"{key}={mask}")
+        return "&".join(out)
+
+    # the fragment too: an OAuth-style `#access_token=...` is a secret as well
+    return urlunsplit((parts.scheme, netloc, parts.path, kept(parts.query), kept(parts.fragment)))
 
 
 def redact_argv(argv: Sequence[str]) -> str:
@@ -152,8 +158,10 @@ def redact_argv(argv: Sequence[str]) -> str:
     joined by spaces, without its secrets: the value of an option whose name
     :func:`secret_param` names (``--token X``, ``--api-key=X``,
     ``--password X``), and each URL's as :func:`redact_urls` masks them.
-    Bearer tokens and configured keys in the rest (``--header
-    "Authorization: Bearer X"``) are :func:`desktop_app.observability.redact`'s."""
+    An environment assignment (``env GITHUB_TOKEN=X``) and an HTTP header
+    (``--header "Authorization: Basic X"``, ``-H "X-Api-Key: X"``) whose name
+    :func:`secret_param` calls secret are masked too; the configured keys
+    in the rest are :func:`desktop_app.observability.redact`'s."""
     shown: list[str] = []
     hide_next = False
     for arg in argv:
@@ -169,8 +177,22 @@ def redact_argv(argv: Sequence[str]) -> str:
                 shown.append(arg)
                 hide_next = True
             continue
+        if eq and not arg.startswith("-") and "/" not in name and secret_param(name):
+            shown.append(f"{name}=***")  # an environment assignment (`env GITHUB_TOKEN=...`)
+            continue
+        header, colon, _rest = arg.partition(":")
+        if colon and " " not in header and "/" not in header and _secret_header(header):
+            shown.append(f"{header}: ***")  # `Authorization: Basic ...`, `X-Api-Key: ...`
+            continue
         shown.append(redact_urls(arg))
     return " ".join(shown)
+
+
+def _secret_header(name: str) -> bool:
+    """Whether an HTTP header named ``name`` carries a credential:
+    ``Authorization``, ``Proxy-Authorization``, ``Cookie``, or a name
+    :func:`secret_param` calls secret (``X-Api-Key``, ``X-Auth-Token``)."""
+    return _squeezed(name) in ("proxyauthorization", "cookie") or secret_param(name)
 
 
 #: a URL in free text: a scheme, ``://`` and what follows up to a space or a

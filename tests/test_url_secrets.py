@@ -162,6 +162,16 @@ def test_an_mcp_server_command_that_fails_shows_its_command_without_secrets(tmp_
         "--header",
         "Authorization: Bearer TRYOUT-BEARER-3",
         f"http://u:{MCP_PASS}@127.0.0.1:9/x",
+        # a re-tryout's: an environment assignment, other auth schemes, a key
+        # header, a token in a URL's fragment
+        "GITHUB_PERSONAL_ACCESS_TOKEN=TRYOUT-ENV-4",
+        "--header",
+        "Authorization: Basic TRYOUT-BASIC-5",
+        "-H",
+        "X-Api-Key: TRYOUT-XKEY-6",
+        "http://127.0.0.1:9/mcp#token=TRYOUT-FRAG-7",
+        "-H",
+        "Content-Type: application/json",
     ]
     config.write_text(f"[mcp_servers.broken]\ncommand = {json.dumps(argv)}\ntimeout_s = 20\n")
     env = {
@@ -172,10 +182,22 @@ def test_an_mcp_server_command_that_fails_shows_its_command_without_secrets(tmp_
     out = flowdesk(db, "ask", "x", "--mcp", "broken", env=env)
     assert out.returncode == 1, out.stdout + out.stderr
     assert (
-        "--token *** --api-key=*** --header Authorization: Bearer *** http://u:***@127.0.0.1:9/x`"
+        "--token *** --api-key=*** --header Authorization: *** "
+        "http://u:***@127.0.0.1:9/x GITHUB_PERSONAL_ACCESS_TOKEN=*** --header Authorization: "
+        "*** -H X-Api-Key: *** http://127.0.0.1:9/mcp#token=*** -H Content-Type: "
+        "application/json`"
     ) in out.stderr, out.stderr
     seen = out.stdout + out.stderr + flowdesk_log()
-    for secret in ("TRYOUT-TOK-1", "TRYOUT-KEY-2", "TRYOUT-BEARER-3", MCP_PASS):
+    for secret in (
+        "TRYOUT-TOK-1",
+        "TRYOUT-KEY-2",
+        "TRYOUT-BEARER-3",
+        MCP_PASS,
+        "TRYOUT-ENV-4",
+        "TRYOUT-BASIC-5",
+        "TRYOUT-XKEY-6",
+        "TRYOUT-FRAG-7",
+    ):
         assert secret not in seen, secret
         assert secret.encode() not in written(db)
 
