@@ -137,6 +137,7 @@ def redact(url: str, mask: str | None = "***") -> str:
         if colon and user and mask is not None:
             user += f":{mask}"
         netloc = (user + "@" if user else "") + hostport
+
     def kept(text: str) -> str:
         """``text``'s ``&``-separated parameters, each kept as written
         (libpq reads "+" as "+", not a space) or its secret value masked."""

@@ -57,6 +57,8 @@ def key_problem(key: str) -> str | None:
     there SQLite and exports) whole, past the masking of the key as
     configured; refused before any request is made."""
     lines = key.splitlines()
+    if len(lines) == 1 and key.startswith("#"):
+        return "holds a comment (a line starting with #), not a key: write the key alone"
     if len(lines) > 1:
         return (
             f"holds {len(lines)} lines; an API key is one line: write the key alone, with no "

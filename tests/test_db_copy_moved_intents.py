@@ -57,7 +57,7 @@ def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only
     assert out.returncode == 0, out.stderr
     assert (
         f"marked 2 queued side effects (outbox intents not delivered yet) moved in {db_path}: "
-        "no dispatcher on it sends them; the workers of"
+        "no dispatcher on it sends them; a dispatcher of"
     ) in out.stdout, out.stdout
 
     # the file's show says where the effect went, not "queued" with a
@@ -68,7 +68,10 @@ def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only
     assert first.endswith("status completed"), first  # nothing "queued (not made yet)" here
     [line] = [ln for ln in shown.stdout.splitlines() if "by flowdesk db copy" in ln]
     assert line.startswith("its 1 side effect not delivered was moved to postgresql://"), line
-    assert "the workers there deliver it, nothing on this database does; see it there: " in line
+    assert (
+        "a dispatcher there delivers it (a worker for the built-in destinations, your "
+        "program's for its own), nothing on this database does; see it there: "
+    ) in line
     assert "Dispatcher(" not in shown.stdout
     there = as_printed(line.rsplit("see it there: ", 1)[1], env=dict(os.environ))
     assert there.returncode == 0, there.stderr

@@ -186,8 +186,17 @@ def test_flowdesk_ask_uses_a_key_file_and_prints_no_key(tmp_path):
         ("variable", f"{KEY} extra", "has a space or tab inside it (character 36)"),
         ("variable", f"{KEY}é", "has a character an HTTP header cannot carry (character 36"),
         ("file", f"{KEY}\x01\n", "has a character an HTTP header cannot carry"),
+        ("file", "# only a comment\n", "holds a comment (a line starting with #), not a key"),
     ],
-    ids=["file-comment", "file-two-keys", "var-newline", "var-space", "var-accent", "file-ctrl"],
+    ids=[
+        "file-comment",
+        "file-two-keys",
+        "var-newline",
+        "var-space",
+        "var-accent",
+        "file-ctrl",
+        "file-only-comment",
+    ],
 )
 def test_flowdesk_ask_refuses_a_key_that_is_not_one_token_and_sends_and_stores_nothing(
     tmp_path, source, text, said
@@ -287,20 +296,14 @@ def test_a_keyring_backend_failing_its_own_way_says_so_without_the_key(ring):
 
 
 @pytest.mark.scenario("S114")
-def test_secrets_set_refuses_a_key_on_the_command_line_without_echoing_it(tmp_path):
+@pytest.mark.parametrize(
+    "given", [[KEY], ["--value", KEY], [f"--key={KEY}"]], ids=["key", "--value", "--key="]
+)
+def test_secrets_set_refuses_a_key_on_the_command_line_without_echoing_it(tmp_path, given):
     db = tmp_path / "f.db"
+    cli = [sys.executable, "-m", "desktop_app.cli", "--db", str(db)]
     out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "desktop_app.cli",
-            "--db",
-            str(db),
-            "secrets",
-            "set",
-            "model_api_key",
-            KEY,
-        ],
+        [*cli, "secrets", "set", "model_api_key", *given],
         capture_output=True,
         text=True,
         timeout=120,

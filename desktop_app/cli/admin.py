@@ -156,8 +156,9 @@ def cmd_db_copy(ctx: Ctx) -> int:
         print(
             f"marked {plural(n, 'queued side effect')} (outbox "
             f"{'intent' if n == 1 else 'intents'} not delivered yet) moved in {source.path}: "
-            f"no dispatcher on it sends {'it' if n == 1 else 'them'}; the workers of "
-            f"{target.shown} do"
+            f"no dispatcher on it sends {'it' if n == 1 else 'them'}; a dispatcher of "
+            f"{target.shown} does (a worker for the built-in destinations, your program's "
+            "for its own)"
         )
     if report.moved_threads:  # their checkpointer on the file refuses them now
         n = len(report.moved_threads)
@@ -436,7 +437,7 @@ def cmd_secrets(ctx: Ctx) -> int:
         delete_secret(a.name)
         print(f"deleted {a.name}")
         return EXIT_OK
-    if a.value is not None:  # never echoed: it is a secret, now in the shell's history
+    if a.value:  # never echoed: it is a secret, now in the shell's history
         raise InputError(
             "`secrets set` takes the secret at its prompt or on stdin, never on the command "
             "line (`ps` and your shell history show a command line); nothing was stored. "

@@ -527,9 +527,10 @@ def build_parser() -> argparse.ArgumentParser:
     secsub = secrets.add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
     sset = secsub.add_parser("set", help="store a secret (read from stdin or a prompt)")
     sset.add_argument("name", help="e.g. model_api_key")
-    # a value given here is refused without being echoed (argparse's own
-    # "unrecognized arguments" error would print it)
-    sset.add_argument("value", nargs="?", help=argparse.SUPPRESS)
+    # anything after the name (the key, `--value KEY`, `--key=KEY`) is
+    # refused without being echoed (argparse's own "unrecognized arguments"
+    # error would print it)
+    sset.add_argument("value", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     sdel = secsub.add_parser("delete", help="remove a secret")
     sdel.add_argument("name")
 

@@ -616,11 +616,12 @@ def cmd_show(ctx: Ctx) -> int:
         print(line)
     for where, n in _moved_counts(moved_away).items():
         one, many = INTENT_NOUNS.get(run.flow_name, ("side effect", "side effects"))
+        it = "it" if n == 1 else "them"
         print(
             f"its {plural(n, one, many)} not delivered {'was' if n == 1 else 'were'} moved to "
-            f"{where} by flowdesk db copy: the workers there deliver "
-            f"{'it' if n == 1 else 'them'}, nothing on this database does; see "
-            f"{'it' if n == 1 else 'them'} there: {moved_hint(ctx.hints, where, run.run_id)}"
+            f"{where} by flowdesk db copy: a dispatcher there delivers {it} (a worker for "
+            "the built-in destinations, your program's for its own), nothing on this "
+            f"database does; see {it} there: {moved_hint(ctx.hints, where, run.run_id)}"
         )
     if unknown:
         _say(unknown_line(run.flow_name, unknown))
