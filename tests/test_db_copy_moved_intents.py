@@ -102,3 +102,31 @@ def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only
     said = str(again.value)
     for run in (done, waiting):
         assert f"outbox intent {run}:queue:0:0 (run {run}): moved to postgresql" in said, said
+
+
+def test_a_side_effect_a_live_dispatcher_of_the_file_has_claimed_makes_the_copy_refuse(
+    db_path: Path, pg_url: str
+) -> None:
+    """A dispatcher of the file that claimed an intent (its send about to
+    begin) would send it after the copy marked it moved: the copy refuses,
+    naming it, and copies nothing, as for one it is sending."""
+    from desktop_app.errors import CopySourceBusyError
+    from desktop_app.flow.owners import new_owner
+
+    store = open_store(db_path)
+    try:
+        engine = Engine(store, flows=[sender])
+        run = engine.run("sender", Order(order="o")).run_id
+        (claimed,) = store.claim_intents(new_owner(), 60.0, 1)  # this live process
+        assert claimed.run_id == run and claimed.status == "pending"
+    finally:
+        store.close()
+    with pytest.raises(CopySourceBusyError) as busy:
+        copy_sqlite_to_postgres(db_path, pg_url)
+    assert f"run {run} (flow sender, scope default)" in str(busy.value)
+    assert "sending its side effects" in str(busy.value)
+    pg = open_postgres_store(pg_url)
+    try:
+        assert pg.list_runs() == []  # nothing copied
+    finally:
+        pg.close()

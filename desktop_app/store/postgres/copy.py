@@ -411,7 +411,7 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
     runs whose lease is ``held``, unfinished LangGraph threads whose owning
     process of this host lives (running, or loaded by a program about to
     resume it: ``FlowdeskSaver`` owns a waiting thread it loads), runs with an outbox intent a live
-    dispatcher is sending. Runs an earlier copy moved are not held by a
+    dispatcher has claimed (sending it, or about to). Runs an earlier copy moved are not held by a
     process (:func:`moved_runs` names them)."""
     out: list[str] = []
     seen: set[tuple[str, str]] = set()
@@ -436,7 +436,9 @@ def held_runs(src: apsw.Connection, now: float) -> list[str]:
             "SELECT coalesce(r.scope, a.scope, '?'), o.run_id, "
             "coalesce(r.flow_name, a.agent, '?'), o.claimed_by, o.claim_expires_at FROM outbox o "
             "LEFT JOIN runs r ON r.run_id = o.run_id LEFT JOIN agent_runs a ON a.run_id = o.run_id "
-            "WHERE o.status = 'sending' AND o.claimed_by IS NOT NULL ORDER BY o.run_id",
+            # claimed, sending or about to: what it sends would go from both sides
+            "WHERE o.status IN ('pending', 'sending') AND o.claimed_by IS NOT NULL "
+            "ORDER BY o.run_id",
         ),
     )
     for kind, query in queries:
