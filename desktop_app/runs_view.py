@@ -355,6 +355,10 @@ def stopped_holder_words(pid: int) -> str:
     return f"its process {pid} runs nothing now: it is {STOPPED.format(pid=pid)}"
 
 
+#: who delivers a side effect ``db copy`` moved, on the database it moved to
+MOVED_DELIVERY = "a worker for the built-in destinations, your program's for its own"
+
+
 def holder_words(owner: str) -> str:
     """A lease or claim owner (``host:pid:tag``) as a person reads it:
     ``process 1234 on host laptop (owner laptop:1234:ab12cd@99)``."""

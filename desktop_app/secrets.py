@@ -75,11 +75,6 @@ def key_problem(key: str) -> str | None:
     return None
 
 
-def _masked(text: str, value: str) -> str:
-    """``text`` with ``value`` (a secret it may quote) as ``***``."""
-    return text.replace(value, "***") if value else text
-
-
 def get_secret(name: str) -> str | None:
     """The secret called ``name``, or ``None`` when it is not set.
 
@@ -130,9 +125,12 @@ def set_secret(name: str, value: str) -> None:
             f"unlock your keyring, or {WITHOUT_KEYRING}"
         ) from exc
     except Exception as exc:  # a backend's own error type (a plug-in, a D-Bus binding)
+        from desktop_app.observability import mask_secret, redact
+
+        mask_secret(value)  # its error may quote the value
         raise SecretsError(
             f"cannot store secret {name!r}: the keyring backend failed "
-            f"({type(exc).__name__}: {_masked(str(exc), value)}); {WITHOUT_KEYRING}"
+            f"({type(exc).__name__}: {redact(str(exc))}); {WITHOUT_KEYRING}"
         ) from None  # its traceback may hold the value
 
 

@@ -152,13 +152,14 @@ def cmd_db_copy(ctx: Ctx) -> int:
             f"{listing(report.scopes_of('runs', 'agent_runs', moved=True), len(report.moved))}"
         )
     if report.moved_intents:  # the target's dispatchers deliver them, the file's never
+        from desktop_app.runs_view import MOVED_DELIVERY
+
         n = len(report.moved_intents)
         print(
             f"marked {plural(n, 'queued side effect')} (outbox "
             f"{'intent' if n == 1 else 'intents'} not delivered yet) moved in {source.path}: "
             f"no dispatcher on it sends {'it' if n == 1 else 'them'}; a dispatcher of "
-            f"{target.shown} does (a worker for the built-in destinations, your program's "
-            "for its own)"
+            f"{target.shown} does ({MOVED_DELIVERY})"
         )
     if report.moved_threads:  # their checkpointer on the file refuses them now
         n = len(report.moved_threads)

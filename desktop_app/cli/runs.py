@@ -63,6 +63,7 @@ from desktop_app.runs_view import (
     INTERRUPTED,
     MAY_HAVE_BEEN_MADE,
     MOVED,
+    MOVED_DELIVERY,
     claim_is_live,
     display_status,
     holder_words,
@@ -619,9 +620,9 @@ def cmd_show(ctx: Ctx) -> int:
         it = "it" if n == 1 else "them"
         print(
             f"its {plural(n, one, many)} not delivered {'was' if n == 1 else 'were'} moved to "
-            f"{where} by flowdesk db copy: a dispatcher there delivers {it} (a worker for "
-            "the built-in destinations, your program's for its own), nothing on this "
-            f"database does; see {it} there: {moved_hint(ctx.hints, where, run.run_id)}"
+            f"{where} by flowdesk db copy: a dispatcher there delivers {it} ({MOVED_DELIVERY}), "
+            f"nothing on this database does; see {it} there: "
+            f"{moved_hint(ctx.hints, where, run.run_id)}"
         )
     if unknown:
         _say(unknown_line(run.flow_name, unknown))
@@ -823,10 +824,9 @@ def _delivery_said(
 
 def _moved_counts(intents: list[Any]) -> dict[str, int]:
     """Where ``db copy`` moved ``intents`` (their ``moved_to``) -> how many."""
-    counts: dict[str, int] = {}
-    for i in intents:
-        counts[i.moved_to] = counts.get(i.moved_to, 0) + 1
-    return counts
+    from collections import Counter
+
+    return dict(Counter(i.moved_to for i in intents))
 
 
 def _being_made(store: Any, run_id: str, now: float) -> dict[str, int]:
