@@ -209,6 +209,8 @@ class OpenAICompatibleModel:
         self.streaming = stream
         self.timeout_s = timeout_s
         mask_secret(api_key)  # never in a log record nor in a provider's error text
+        #: whether requests carry an API key (``doctor`` words a 401 by it)
+        self.has_key = bool(api_key)
         base, params = provider_url(base_url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
@@ -232,6 +234,16 @@ class OpenAICompatibleModel:
             f"OpenAICompatibleModel(base_url={self._base_url()!r}, model={self.model!r}, "
             f"stream={self.streaming})"
         )
+
+    def probe(self, timeout_s: float = 3.0) -> int:
+        """The HTTP status of ``GET /models`` asked as every request is (the
+        key, the base URL's query): ``doctor``'s check of the provider.
+
+        Raises:
+            httpx.HTTPError: the provider cannot be reached in ``timeout_s``
+                seconds.
+        """
+        return self._client.get("/models", timeout=timeout_s).status_code
 
     def close(self) -> None:
         self._client.close()

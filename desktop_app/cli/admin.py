@@ -36,7 +36,7 @@ from desktop_app.textsafe import shell_quote
 from desktop_app.words import plural
 
 if TYPE_CHECKING:
-    from desktop_app.config import ModelSettings
+    from desktop_app.config import Settings
 
 
 def dispatcher(engine: Any) -> Any:
@@ -344,20 +344,21 @@ def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
         line(False, "keyring", f"{type(exc).__name__}: {exc}")
     cfg = settings.model
     if cfg.base_url and cfg.model:
-        ok, detail = _model_provider_check(cfg, cfg.base_url)
+        ok, detail = _model_provider_check(settings, cfg.base_url)
         line(ok, "model provider", detail)
     else:
         line(True, "model provider", "not configured (FLOWDESK_MODEL__BASE_URL, __MODEL)")
 
 
-def _model_provider_check(cfg: ModelSettings, base_url: str) -> tuple[bool, str]:
-    """The doctor's ``model provider`` check: ``GET {base_url}/models`` with
-    the key the agent sends (:func:`desktop_app.secrets.model_api_key`, as a
-    bearer token), so a key the provider refuses is found here and not at
-    the first question.
+def _model_provider_check(settings: Settings, base_url: str) -> tuple[bool, str]:
+    """The doctor's ``model provider`` check: ``GET {base_url}/models`` by
+    the model the agent uses (:func:`desktop_app.bootstrap.build_model`:
+    its key, the base URL's query), so a key the provider refuses is found
+    here and not at the first question.
 
     Args:
-        cfg: the ``[model]`` settings; base_url: its ``base_url`` (set).
+        settings: the effective settings; base_url: ``model.base_url`` (set,
+            with ``model.model``).
 
     Returns:
         tuple[bool, str]: whether the check passed, and what it found, with
@@ -369,34 +370,32 @@ def _model_provider_check(cfg: ModelSettings, base_url: str) -> tuple[bool, str]
     """
     import httpx
 
-    from desktop_app.agent.openai_compat import provider_url
-    from desktop_app.observability import mask_secret
-    from desktop_app.secrets import api_key_hint, model_api_key
+    from desktop_app.bootstrap import build_model
+    from desktop_app.secrets import api_key_hint
 
     where = redact(base_url)
     try:
-        key = model_api_key(cfg)
+        model = build_model(settings)
     except SecretsError as exc:  # a KeyFileError too; neither message holds the key
         return False, f"{where}: the API key cannot be read: {exc}"
-    headers = {}
-    if key is not None:
-        mask_secret(key.get_secret_value())  # never in the log file
-        headers["Authorization"] = f"Bearer {key.get_secret_value()}"
+    except httpx.InvalidURL as exc:
+        return False, redact_urls(f"{where}: {type(exc).__name__}: {exc}")
+    assert model is not None  # base_url and model are set
     try:
-        base, params = provider_url(base_url)  # the query after the path, as the agent asks
-        resp = httpx.get(base + "/models", params=params, headers=headers, timeout=3)
+        code = model.probe()
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         return False, redact_urls(f"{where}: {type(exc).__name__}: {exc}")
-    code = resp.status_code
+    finally:
+        model.close()
     if code in (401, 403):
-        if key is None:
+        if not model.has_key:
             return False, (
                 f"{where} HTTP {code}: the provider wants an API key and none is set; "
-                f"{api_key_hint(cfg)}"
+                f"{api_key_hint(settings.model)}"
             )
         return False, (
-            f"{where} HTTP {code}: the provider refused the API key ({api_key_hint(cfg)}); "
-            "give it a key this provider accepts"
+            f"{where} HTTP {code}: the provider refused the API key "
+            f"({api_key_hint(settings.model)}); give it a key this provider accepts"
         )
     return code < 500, f"{where} HTTP {code}"
 
