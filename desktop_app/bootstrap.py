@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import unquote, urlsplit
 
-from desktop_app.config import Settings, default_db_path
+from desktop_app.config import Settings, default_db_path, max_turns
 from desktop_app.errors import BackendUnavailableError, ConfigError, FlowdeskError, redact
 from desktop_app.extras import install_command
 from desktop_app.flow import CompiledFlow, Engine, EventBus
@@ -350,7 +350,14 @@ def digest_with_model(settings: Settings, agents: AgentLog) -> CompiledFlow[Any]
         )
     own = settings.agents.get("digest-summary")
     system = own.system if own is not None else None
-    agent = Agent("digest-summary", model, agents, system=system, ask_user=False)
+    agent = Agent(
+        "digest-summary",
+        model,
+        agents,
+        system=system,
+        max_turns=max_turns(settings, "digest-summary"),
+        ask_user=False,
+    )
     return build_digest_flow(summarizer=agent_summarizer(agent))
 
 

@@ -212,11 +212,23 @@ class AgentSettings(BaseSettings):
         system: the system prompt its new runs start with (a run keeps the
             one it started with). Unset: ``ask`` says which tools it has
             (or that it has none); ``digest-summary`` sends none.
+        max_turns: model turns a run may take before it ends ``failed``
+            with no answer (20). A run that used them resumes once this is
+            raised above the turns it took (as ``FLOWDESK_AGENTS__ASK__MAX_TURNS``
+            for ``ask``).
     """
 
     system: str | None = None
+    max_turns: int = Field(default=20, ge=1)
 
     model_config = SettingsConfigDict(extra="forbid")
+
+
+def max_turns(settings: Settings, agent: str) -> int:
+    """The model turns a run of ``agent`` may take (``[agents.NAME] max_turns``,
+    20 unless set)."""
+    own = settings.agents.get(agent)
+    return (own or AgentSettings()).max_turns
 
 
 class PostgresSettings(BaseSettings):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -46,8 +47,12 @@ def as_printed(
 ) -> subprocess.CompletedProcess[str]:
     """Run a suggested command exactly as printed (``flowdesk`` is this
     checkout, in a process of its own forked from :mod:`tests.cli_forkserver`;
-    ``input``: its standard input)."""
+    ``input``: its standard input); leading ``NAME=value`` words set those
+    variables for it, as a shell does."""
     argv = shlex.split(command)
+    while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
+        name, value = argv.pop(0).split("=", 1)
+        env = {**env, name: value}
     assert argv[0] == "flowdesk", command
     return cli_forkserver.run(argv[1:], env=env, cwd=REPO, timeout=timeout, input=input)
 

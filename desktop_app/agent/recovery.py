@@ -394,6 +394,7 @@ def resume_with_recorded_tools(
 
     from desktop_app.agent.approvals import require_wait
     from desktop_app.agent.runtime import Agent
+    from desktop_app.config import max_turns
 
     if wait_id is not None:
         require_wait(run, wait_id)
@@ -402,15 +403,20 @@ def resume_with_recorded_tools(
         return resume_pydantic_ai(store, settings, run.run_id, answer, wait_id=wait_id)
     if model is None:
         raise ConfigError(f"agent run {run.run_id} needs a model: {no_model}")
+    turns = max_turns(settings, run.agent)
+
+    def agent(tools: list[Any], owner: str) -> Agent:
+        return Agent(run.agent, model, store, tools, owner=owner, max_turns=turns)
+
     if answer is None:
         # the resume takes the run before any server starts: a losing one starts none
         with claimed_run(store, run.run_id) as owner:
             if not goes_on(store.get(run.run_id), time.time()):
                 # done (by the process that had it a moment ago), waiting or
                 # ended: answered or refused as it stands, no server started
-                return Agent(run.agent, model, store, [], owner=owner).resume(run.run_id)
+                return agent([], owner).resume(run.run_id)
             with connected_tools(settings, sources, run.run_id) as tools:
-                return Agent(run.agent, model, store, tools, owner=owner).resume(run.run_id)
+                return agent(tools, owner).resume(run.run_id)
     # the answer takes the run before any server starts: a losing answer starts none
     with claimed_run(store, run.run_id) as owner:
         now = store.get(run.run_id)
@@ -422,11 +428,9 @@ def resume_with_recorded_tools(
             )
         # recorded before any server starts: a crash or a server that cannot
         # start leaves the answer recorded, and the next resume goes on with it
-        Agent(run.agent, model, store, [], owner=owner).record_input(
-            run.run_id, answer, wait_id=wait_id
-        )
+        agent([], owner).record_input(run.run_id, answer, wait_id=wait_id)
         with connected_tools(settings, sources, run.run_id) as tools:
-            return Agent(run.agent, model, store, tools, owner=owner).resume(run.run_id)
+            return agent(tools, owner).resume(run.run_id)
 
 
 def interrupted_agent_runs(store: AgentLog, now: float) -> list[AgentRun]:

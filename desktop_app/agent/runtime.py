@@ -482,6 +482,12 @@ class Agent:
             )
         if run.status in ("canceled", "timeout", "expired"):
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
+        if run.status == "failed" and run.error_type == "MaxTurns" and run.turns >= self.max_turns:
+            # going on would end it again at once, asking the model nothing
+            raise RunStateError(
+                f"agent run {run_id} took {run.turns} turns with no answer and may take "
+                f"{self.max_turns}; raise the agent's max_turns above {run.turns} to resume it"
+            )
         self._refuse_other_tools(run_id)
         self._claim(run)
         self.store.update(run_id, self.clock.now(), owner=self.owner, status="running", error=None)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from desktop_app.agent import Agent
-from desktop_app.config import Settings
+from desktop_app.config import Settings, max_turns
 from desktop_app.flow import CompiledFlow, Engine, EventBus
 from desktop_app.flow.clock import Clock
 from desktop_app.flow.outbox import Dispatcher
@@ -106,8 +106,10 @@ class AppServices:
         return self.services.database
 
     def agent(self, name: str, model: Any) -> Agent:
-        """An agent whose runs are logged in this database (tools: none)."""
-        return Agent(name, model, self.services.agents)
+        """An agent whose runs are logged in this database (tools: none),
+        with its ``max_turns`` from the settings."""
+        turns = max_turns(self.services.settings, name)
+        return Agent(name, model, self.services.agents, max_turns=turns)
 
     def model(self) -> Any:
         """The configured chat model, or ``None`` when none is set up.

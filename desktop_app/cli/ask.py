@@ -81,12 +81,20 @@ def agent_for(
     when ``None``."""
     from desktop_app.agent import Agent
     from desktop_app.bootstrap import build_model
+    from desktop_app.config import max_turns
 
     model: Any = build_model(sv.settings) or _NoModel()
     recorded = None if sources is None or sources.empty else sources.to_json()
     system = system_prompt(sv.settings, name, tools or [])
     return Agent(
-        name, model, sv.agents, tools or [], system=system, tool_sources=recorded, owner=owner
+        name,
+        model,
+        sv.agents,
+        tools or [],
+        system=system,
+        max_turns=max_turns(sv.settings, name),
+        tool_sources=recorded,
+        owner=owner,
     )
 
 

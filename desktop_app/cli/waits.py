@@ -29,6 +29,7 @@ approval of a tool call shows the exact call with its yes and no commands
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -521,6 +522,10 @@ def agent_next(hints: Hints, run: Any, *, no_stream: bool = False) -> str | None
         For a ``rate_limited`` run with a retry time: ``it can go on from
         WHEN: a running `flowdesk agent` resumes it then, or run `RESUME`
         after that; to stop it instead: `CANCEL``` (``WHEN`` local and UTC).
+        For a run that used its ``max_turns``: that command with the limit
+        raised to twice the turns taken (``FLOWDESK_AGENTS__ASK__MAX_TURNS=40
+        flowdesk … resume RUN``; for an agent name no variable can spell, the
+        settings file's ``[agents.NAME] max_turns``).
         Otherwise the command that tries again: ``resume RUN``, or ``ask
         --resume RUN --no-stream`` after a provider that cannot stream tool
         calls (or with ``no_stream``).
@@ -531,6 +536,12 @@ def agent_next(hints: Hints, run: Any, *, no_stream: bool = False) -> str | None
     again = hints.cmd(
         f"ask --resume {run.run_id} --no-stream" if no_stream else f"resume {run.run_id}"
     )
+    if run.error_type == "MaxTurns":
+        more = max(2 * run.turns, run.turns + 1)
+        if re.fullmatch(r"[a-z_][a-z0-9_]*", run.agent):
+            return f"FLOWDESK_AGENTS__{run.agent.upper()}__MAX_TURNS={more} {again}"
+        name = visible_controls(run.agent)
+        return f"set max_turns = {more} under [agents.{name}] in the settings file, then `{again}`"
     if run.status != "rate_limited" or run.retry_at is None:
         return again
     when = moment_both_ways(run.retry_at)
