@@ -39,6 +39,22 @@ def test_json_nested_100000_deep_is_refused_in_one_line(db_path, args, what):
     assert f"{what} is nested too deeply" in line and "flatter JSON" in line
 
 
+BIG = "1" + "0" * 5000  # past the 4,300 digits int() converts
+
+
+@pytest.mark.parametrize(
+    "args, what",
+    [
+        (["start", "approval", "--input", f'{{"n": {BIG}}}'], "--input"),
+        (["signal", "paid", "o-1", "--payload", f'{{"a": -{BIG}}}'], "--payload"),
+        (["publish", "paid", "--payload", f"[{BIG}]"], "--payload"),
+    ],
+)
+def test_a_whole_number_of_5001_digits_is_refused_in_one_line(db_path, args, what):
+    line = one_line_exit_2(flowdesk(db_path, *args, timeout=60))
+    assert f"{what} holds a whole number of 5,001 digits" in line and "as a string" in line
+
+
 def test_an_input_file_nested_100000_deep_is_refused_in_one_line(db_path, tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")

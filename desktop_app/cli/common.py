@@ -28,8 +28,9 @@ def parse_json(text: str, what: str) -> Any:
         InputError: not JSON, a number that is not finite (``NaN``,
             ``Infinity``, or ``1e999``, which reads as infinity: JSON has
             no such numbers, and a checkpoint could not hold them as JSON),
-            or nested deeper than Python's recursion limit (about 1,000
-            levels) allows (exit 2).
+            a whole number longer than Python converts (4,300 digits:
+            ``sys.get_int_max_str_digits``), or nested deeper than Python's
+            recursion limit (about 1,000 levels) allows (exit 2).
     """
     import json
     import math
@@ -44,8 +45,17 @@ def parse_json(text: str, what: str) -> Any:
         value = float(literal)
         return value if math.isfinite(value) else refuse(f"{literal} (beyond a float's range)")
 
+    def whole(literal: str) -> int:
+        try:
+            return int(literal)
+        except ValueError:  # longer than int() converts: CVE-2020-10735's limit
+            raise InputError(
+                f"{what} holds a whole number of {len(literal.lstrip('-')):,} digits, more than "
+                f"the {sys.get_int_max_str_digits():,} Flowdesk reads; give it as a string"
+            ) from None
+
     try:
-        return json.loads(text, parse_constant=refuse, parse_float=finite)
+        return json.loads(text, parse_constant=refuse, parse_float=finite, parse_int=whole)
     except json.JSONDecodeError as exc:
         raise InputError(f"{what} is not JSON: {exc}") from exc
     except RecursionError:
