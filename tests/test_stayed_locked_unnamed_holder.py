@@ -59,8 +59,44 @@ def test_a_run_whose_save_stayed_locked_is_resumed_as_printed_not_started_again(
     assert "stayed locked by another process past the busy timeout" in err, err
     (hint,) = [x.removeprefix("resume with: ") for x in err.splitlines() if x.startswith("resume")]
     assert hint == f"flowdesk --db {db} resume {run_id}"
+    # the step's result was not saved: said, not only "nothing was written"
+    assert f"run {run_id} stands at its last saved checkpoint: the step it was in runs " in err
     resumed = as_printed(hint, {**os.environ, **env})
     assert resumed.returncode == 0, resumed.stderr
     assert f"run {run_id} completed" in resumed.stdout
     listed = json.loads(flowdesk(db, "runs", "-o", "json", env=env).stdout)
     assert [r["run_id"] for r in listed] == [run_id]  # one run, not a second one
+
+
+def test_an_answer_that_met_the_lock_prints_the_answer_again_not_a_resume(
+    tmp_path: Path,
+) -> None:
+    """``answer`` while another process holds the file's write lock: nothing
+    was answered, so the hint is the same ``answer`` (a tryout: it printed
+    ``resume RUN``, which found the run still waiting and answered nothing).
+    Run as printed once the lock is gone, it answers the question."""
+    from tests.cli_support import as_printed
+
+    db = tmp_path / "s.db"
+    env = {"FLOWDESK_FLOWS": FLOWS_ENV, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "approver", "--input", json.dumps({"order": "z"}), env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    with write_lock_held(db):
+        out = flowdesk(db, "answer", run_id, "yes", env=env)
+    assert out.returncode == 1, out.stderr
+    assert "stayed locked by another process past the busy timeout" in out.stderr, out.stderr
+    assert "resume with" not in out.stderr, out.stderr
+    (hint,) = [
+        x.removeprefix("nothing was answered; answer again with: ")
+        for x in out.stderr.splitlines()
+        if x.startswith("nothing was answered")
+    ]
+    assert hint.startswith(f"flowdesk --db {db} answer {run_id} yes --wait-id "), hint
+    waiting = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)
+    assert waiting["status"] == "waiting"  # the answer was not recorded
+    answered = as_printed(hint, {**os.environ, **env})
+    assert answered.returncode == 0, answered.stderr
+    done = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=env).stdout)
+    assert done["status"] == "completed", done

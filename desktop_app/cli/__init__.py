@@ -277,12 +277,28 @@ def tool_cut_off(name: str, at_most_once: bool) -> str:
     return f"its call to {name} was in flight; the resume makes it again"
 
 
-def _say_resume(ctx: Ctx) -> bool:
+def _say_resume(ctx: Ctx, *, unsaved_step: bool = False) -> bool:
     """Print ``resume with: flowdesk … resume RUN`` (the user's ``--db`` and
     ``--scope``) when the command was executing a run, which is stored and
-    stopped where it was; whether it did."""
+    stopped where it was; whether it did. An ``answer`` whose answer was not
+    saved yet prints that ``answer`` command again instead (a resume would
+    find the run still waiting). ``unsaved_step``: the error stopped a
+    write (the file locked, an I/O error), so the run stands at its last
+    saved checkpoint and the step it was in runs again when resumed: said."""
+    if ctx.unanswered is not None:
+        print(
+            f"nothing was answered; answer again with: {ctx.hints.cmd(ctx.unanswered)}",
+            file=sys.stderr,
+        )
+        return True
     if ctx.current_run is None:
         return False
+    if unsaved_step:
+        print(
+            f"run {ctx.current_run} stands at its last saved checkpoint: the step it was in "
+            "runs again when it resumes (steps run at least once)",
+            file=sys.stderr,
+        )
     print(f"resume with: {ctx.hints.cmd('resume ' + ctx.current_run)}", file=sys.stderr)
     return True
 
@@ -378,7 +394,7 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except StoreError as exc:  # locked, unreachable, an I/O error: nothing of it saved
         stop_progress()
         _say(exc)
-        _say_resume(ctx)  # the run is stored: `start` again would make another
+        _say_resume(ctx, unsaved_step=True)  # the run is stored: `start` again would make another
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)
