@@ -73,8 +73,13 @@ def test_a_send_that_meets_a_full_disk_ends_the_pass(db_path: Path) -> None:
         run_id, keys = queue_three(store)
         files = Files(full=True)
         outbox = Dispatcher(store, {"files": files})  # one, as the app's delivery keeps
-        with pytest.raises(DiskFullError):
+        with pytest.raises(DiskFullError) as full:
             outbox.dispatch()
+        # its words are a delivery's, not a run's (no run stopped: a tryout)
+        said = str(full.value)
+        assert "stopped at its last saved step" not in said and "resume" not in said, said
+        assert "the next delivery pass (a program's next dispatch()" in said, said
+        assert "nothing saved before is lost" in said and "Free at least 5 MiB" in said, said
         assert files.made == [keys[0]]  # no further effect once a record failed
         assert statuses(store) == {keys[0]: "sending", keys[1]: "pending", keys[2]: "pending"}
         (first,) = store.intents(["sending"])

@@ -64,7 +64,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from desktop_app.errors import FlowdeskError, StoreError
+from desktop_app.errors import DiskFullError, FlowdeskError, StoreError
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.owners import new_owner, owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
@@ -303,6 +303,15 @@ def settle_cancel(
     return done
 
 
+#: what follows once a full disk that stopped a delivery pass has space again
+_AGAIN = (
+    "the next delivery pass (a program's next dispatch(); the app and `flowdesk agent` "
+    "keep trying on their own) delivers what is still queued: a side effect whose send "
+    "began is looked up at its destination first, or sent again with the same "
+    "idempotency key where the destination has no lookup"
+)
+
+
 class Dispatcher:
     """Claims pending intents and delivers them; reconciles interrupted ones.
 
@@ -364,8 +373,11 @@ class Dispatcher:
         )
         if not claimed:
             return 0
-        with self._renewing():
-            return sum(self._deliver(intent) for intent in claimed)
+        try:
+            with self._renewing():
+                return sum(self._deliver(intent) for intent in claimed)
+        except DiskFullError as exc:  # its words are a run's: no run stopped here
+            raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_AGAIN) from exc
 
     def _deliver(self, intent: Intent) -> int:
         # every mark is compared and set on the status this dispatcher last
