@@ -595,7 +595,11 @@ def build_engine(
 def inspect_database(settings: Settings) -> dict[str, str]:
     """What ``flowdesk doctor`` reports about the open database:
     ``journal_mode`` (``wal``), ``synchronous`` (``OFF``/``NORMAL``/``FULL``/
-    ``EXTRA``, as the connection applies it) and ``quick_check``: ``ok``, or
+    ``EXTRA``, as the connection applies it), ``missing``: the schema's
+    tables, indexes and triggers the file lacks although every schema file
+    is applied (``"table waits, index waits_run"``; ``""``: none; see
+    :func:`~desktop_app.store.migrations.missing_objects`) and
+    ``quick_check``: ``ok``, or
     SQLite's first problem followed by how many more it listed (``… (and 3
     more problems)``), or, when the damage stopped the check itself, what
     SQLite said (``database disk image is malformed``). A damaged file is a
@@ -619,10 +623,17 @@ def inspect_database(settings: Settings) -> dict[str, str]:
             ]
         except apsw.CorruptError as exc:  # the damage stopped the check part-way
             problems = [str(exc)]
+        # a damaged file first: what it lacks may be what the damage hides
+        missing = migrations.missing_objects(conn) if problems in ([], ["ok"]) else []
     finally:
         conn.close()
     check = problems[0] if problems else "ok"
     if len(problems) > 1:
         check += f" (and {plural(len(problems) - 1, 'more problem')})"
     sync = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}[level]
-    return {"journal_mode": journal, "synchronous": sync, "quick_check": check}
+    return {
+        "journal_mode": journal,
+        "synchronous": sync,
+        "quick_check": check,
+        "missing": ", ".join(missing),
+    }

@@ -59,6 +59,7 @@ def test_doctor_reports_each_check(tmp_path):
         "journal mode       wal",
         "synchronous        FULL",
         "quick_check        ok",
+        "schema objects     all present",
         "free disk",
         "keyring",
     ):
@@ -69,6 +70,26 @@ def test_doctor_reports_each_check(tmp_path):
     os.chmod(db, 0o644)
     loose = flowdesk(db, "doctor")
     assert "BAD  file mode          0644" in loose.stdout
+
+
+def test_doctor_names_a_table_dropped_by_hand(tmp_path):
+    """A Flowdesk table dropped outside Flowdesk (its schema records intact):
+    every command that needs it failed with "no such table" and `db apply`
+    said the schema was up to date; the doctor said all was well (a
+    tryout). It names what is missing and says to restore a backup."""
+    import sqlite3
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE waits")
+    conn.commit()
+    conn.close()
+    out = flowdesk(db, "doctor")
+    assert out.returncode == 1, out.stdout
+    (line,) = [x for x in out.stdout.splitlines() if "schema objects" in x]
+    assert line.startswith("BAD  schema objects     missing index waits_deadline, "), line
+    assert "table waits: dropped outside Flowdesk" in line and "from a backup" in line, line
 
 
 def _tidy_in(db, folder, scope: str) -> str:

@@ -306,6 +306,17 @@ def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
                 "Flowdesk process using it first); Flowdesk cannot repair it, and commands "
                 "that read a damaged page stop, saying the database is corrupt",
             )
+            gone = info["missing"]
+            if check == "ok":  # looked for in a file with no damage only
+                line(
+                    not gone,
+                    "schema objects",
+                    "all present"
+                    if not gone
+                    else f"missing {gone}: dropped outside Flowdesk, and `db apply` does not "
+                    "create them again (its records say the schema is applied). Restore the "
+                    "file from a backup (stop every Flowdesk process using it first)",
+                )
         except FlowdeskError as exc:
             line(False, "open", str(exc))
 

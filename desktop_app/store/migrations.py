@@ -24,6 +24,7 @@ read from the repository's ``schema/`` folder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -393,6 +394,34 @@ def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None, db: str) -> list[Sc
     except psycopg.Error as exc:
         raise _pg_error(exc, conn, db) from exc
     return applied
+
+
+@functools.cache
+def _shipped_objects() -> frozenset[tuple[str, str]]:
+    """``(type, name)`` of every table, index, trigger and view the shipped
+    SQLite schema files create, as applied to an empty in-memory database."""
+    conn = apsw.Connection(":memory:")
+    try:
+        apply(conn)
+        return frozenset((str(kind), str(name)) for kind, name in conn.execute(_OBJECTS))
+    finally:
+        conn.close()
+
+
+_OBJECTS = "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+
+
+def missing_objects(conn: Any) -> list[str]:
+    """What the applied schema created that the SQLite database behind
+    ``conn`` lacks now (``["table waits", "index waits_run"]``, sorted):
+    dropped by hand or by a program outside Flowdesk, which ``db apply``
+    does not create again (its ledger says every file was applied). Empty
+    when nothing is missing, or when a schema file is not applied yet
+    (``status`` reports that)."""
+    if any(s.state != "applied" for s in status(conn)):
+        return []
+    present = {(str(kind), str(name)) for kind, name in conn.execute(_OBJECTS)}
+    return sorted(f"{kind} {name}" for kind, name in _shipped_objects() - present)
 
 
 def apply(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -> list[SchemaFile]:
