@@ -918,19 +918,33 @@ class CheckpointDecodeError(FlowdeskError):
         revision: the checkpoint revision (int).
         field_path: dotted path of the offending field, or ``""`` when the
             whole record is malformed.
+
+    ``mendable``: the stored value of a field the model still has no longer
+    fits its type; a fork of this very checkpoint that gives the field a
+    new value goes on from it (``Engine.fork`` applies a dict of changes to
+    the stored state before decoding it), and the message says so.
     """
 
-    def __init__(self, run_id: str, revision: int, field_path: str, reason: str) -> None:
+    def __init__(
+        self, run_id: str, revision: int, field_path: str, reason: str, *, mendable: bool = False
+    ) -> None:
         self.run_id = run_id
         self.revision = revision
         self.field_path = field_path
         self.reason = reason
         where = f" at field {field_path!r}" if field_path else ""
         earlier = ", or replay or fork the run from an earlier checkpoint" if revision else ""
+        top = field_path.split(".")[0]
+        mend = (
+            f"; or fork this checkpoint ({run_id}:{revision}) with {top!r} changed to a value "
+            "that fits (`flowdesk fork` with `--changes`, `Engine.fork` with a dict)"
+            if mendable and top
+            else ""
+        )
         super().__init__(
             f"checkpoint of run {run_id} revision {revision} cannot be decoded{where}: "
             f"{reason}. Nothing ran from it: the state stored there no longer fits the "
-            f"flow's state model; change the model back to what the run stored{earlier}."
+            f"flow's state model; change the model back to what the run stored{earlier}{mend}."
         )
 
 

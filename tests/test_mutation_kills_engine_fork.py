@@ -31,6 +31,12 @@ class Smaller(BaseModel):
     answer: str | None = None
 
 
+class Retyped(BaseModel):
+    n: list[str] = []
+    answer: str | None = None
+    notes: list[str] = []
+
+
 def engine_for(db_path, *flows, clock=None) -> Engine:
     return Engine(open_store(db_path), flows=list(flows), clock=clock or ManualClock())
 
@@ -114,15 +120,30 @@ def test_fork_onto_current_keeps_only_completed_steps_the_new_flow_has(db_path):
 def test_fork_onto_current_refuses_a_state_the_new_model_cannot_decode(db_path):
     ran: list[str] = []
     old_id, clock = _waiting_v1_run(db_path, ran)
-    v3 = FlowBuilder("up", Smaller, version="3").await_input("ok", "answer").compile()
+    v3 = FlowBuilder("up", Retyped, version="3").await_input("ok", "answer").compile()
     engine = engine_for(db_path, v3, clock=clock)
     rev = engine.store.latest(old_id).revision
     with pytest.raises(CheckpointDecodeError) as err:
         engine.fork_onto_current(old_id)
-    assert (err.value.run_id, err.value.revision, err.value.field_path) == (old_id, rev, "notes")
+    assert (err.value.run_id, err.value.revision, err.value.field_path) == (old_id, rev, "n")
     assert str(err.value).startswith(f"checkpoint of run {old_id} revision {rev} cannot")
     assert engine.status(old_id).status == "waiting"
     assert [r.run_id for r in engine.store.list_runs(flow_name="up")] == [old_id]
+    engine.store.close()
+
+
+def test_fork_onto_current_leaves_out_a_field_the_new_model_removed(db_path):
+    """The new model lacks ``notes``: the new run's state leaves it out, and
+    the old run's checkpoints keep it (``state.upgraded_state``)."""
+    ran: list[str] = []
+    old_id, clock = _waiting_v1_run(db_path, ran)
+    v3 = FlowBuilder("up", Smaller, version="3").await_input("ok", "answer").compile()
+    engine = engine_for(db_path, v3, clock=clock)
+    forked = engine.fork_onto_current(old_id)
+    assert forked.status == "waiting"
+    assert engine.get(forked.run_id) == Smaller(n=1)
+    assert engine.store.latest(old_id).state["notes"] == ["gone"]
+    assert engine.status(old_id).status == "canceled"
     engine.store.close()
 
 

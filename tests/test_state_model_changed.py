@@ -10,6 +10,8 @@ checkpoint only where there is one. Real SQLite file, real processes."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 from tests.cli_support import flowdesk
@@ -37,10 +39,25 @@ def test_a_run_whose_state_no_longer_fits_says_so_and_what_to_change(tmp_path: P
     assert answered.returncode != 0
     assert "Nothing ran from it" in answered.stderr and "not resumed" not in answered.stderr
     assert "earlier checkpoint" in answered.stderr  # revision 1: 0 is before it
-    forked = flowdesk(db, "fork", f"{run}:0", "--changes", '{"name": 5}', env=INT)
-    assert forked.returncode != 0
-    assert "revision 0 cannot be decoded at field 'name'" in forked.stderr, forked.stderr
-    assert "Nothing ran from it" in forked.stderr and "earlier checkpoint" not in forked.stderr
+    # the mend it names: a fork of that checkpoint giving the field a value that fits
+    assert f"or fork this checkpoint ({run}:1) with 'name' changed to a value that fits" in (
+        answered.stderr
+    ), answered.stderr
+    unmended = flowdesk(db, "replay", f"{run}:0", env=INT)  # nothing mends it
+    assert unmended.returncode != 0
+    assert "revision 0 cannot be decoded at field 'name'" in unmended.stderr, unmended.stderr
+    assert "Nothing ran from it" in unmended.stderr and "earlier checkpoint" not in (
+        unmended.stderr
+    )
+    # the changes are applied to the stored state before it is decoded (a
+    # tryout: they were refused by the very decode error they mend)
+    forked = flowdesk(db, "fork", f"{run}:1", "--changes", '{"name": 5}', env=INT)
+    assert forked.returncode == 0, forked.stderr
+    new = forked.stdout.split()[1] if forked.stdout.startswith("run ") else forked.stdout.split()[0]
+    state = json.loads(flowdesk(db, "show", new, "-o", "json", env=INT).stdout)
+    assert state["status"] == "waiting", state
+    mended = flowdesk(db, "answer", new, "yes", env=INT)
+    assert mended.returncode == 0 and f"run {new} completed" in mended.stdout, mended.stderr
 
     # the model changed back: the same commands move it on
     done = flowdesk(db, "answer", run, "yes", env=STR)
@@ -58,3 +75,45 @@ def test_a_new_given_version_alone_is_said_as_such(tmp_path: Path) -> None:
     assert refused.returncode == 1
     assert "the version its FlowBuilder gives changed (1 to 2)" in refused.stderr, refused.stderr
     assert "its steps, their kinds, edges or routes" not in refused.stderr
+
+
+def test_onto_current_gives_an_added_field_its_default_and_refuses_one_without(
+    tmp_path: Path,
+) -> None:
+    """A field added to the state (a new version): the printed `resume
+    --onto-current` was refused ("refusing to fill in a default") although
+    the README lists an added field among what it handles (a tryout). It
+    now gives the field its default and says so; a field with no default
+    is refused naming it, with nothing changed, and goes on once the
+    model gives it one."""
+    from tests.cli_support import as_printed
+
+    db = tmp_path / "o.db"
+    assert flowdesk(db, "db", "apply", env=STR).returncode == 0
+    run = flowdesk(db, "start", "typed", "--input", '{"name": "ada"}', env=STR).stdout.split()[0]
+
+    required = {**STR, "FLOWDESK_TEST_OWNER": "required"}
+    refused = flowdesk(db, "resume", run, "--onto-current", env=required)
+    assert refused.returncode == 1
+    assert "at field 'owner': Order has a field the run's state lacks and gives it no " in (
+        refused.stderr
+    ), refused.stderr
+    assert "give the field a default in the model" in refused.stderr
+    assert "Nothing changed" in refused.stderr
+    assert json.loads(flowdesk(db, "show", run, "-o", "json", env=STR).stdout)["status"] == (
+        "waiting"
+    )
+
+    defaulted = {**STR, "FLOWDESK_TEST_OWNER": "default"}
+    stuck = flowdesk(db, "resume", run, env=defaulted)
+    assert stuck.returncode == 1, stuck.stderr
+    (hint,) = re.findall(r"`(flowdesk [^`]*--onto-current)`", stuck.stderr)
+    moved = as_printed(hint, {**os.environ, **defaulted})
+    assert moved.returncode == 0, moved.stderr
+    assert "field 'owner' is new in version 1+" in moved.stderr, moved.stderr
+    assert "given its default 'nobody'" in moved.stderr
+    new = moved.stdout.splitlines()[1]
+    shown = json.loads(flowdesk(db, "show", new, "-o", "json", env=defaulted).stdout)
+    assert shown["status"] == "waiting", shown
+    done = flowdesk(db, "answer", new, "yes", env=defaulted)
+    assert done.returncode == 0 and f"run {new} completed" in done.stdout, done.stderr

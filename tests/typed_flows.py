@@ -15,9 +15,26 @@ from desktop_app.flow import FlowBuilder
 FLOWS_ENV = '["tests.typed_flows:typed", "tests.typed_flows:versioned"]'
 
 
-class Order(BaseModel):
+class _Order(BaseModel):
     name: int if os.environ.get("FLOWDESK_TEST_NAME_INT") else str = "x"  # type: ignore[valid-type]
     ok: str | None = None
+
+
+# ``FLOWDESK_TEST_OWNER``: ``default`` adds a field ``owner`` with a default
+# (a new version: the fingerprint has the fields' names), ``required`` one
+# without; ``FLOWDESK_TEST_NO_OK`` removes ``ok`` (the ``versioned`` flow's)
+if os.environ.get("FLOWDESK_TEST_OWNER") == "default":
+
+    class Order(_Order):
+        owner: str = "nobody"
+
+elif os.environ.get("FLOWDESK_TEST_OWNER") == "required":
+
+    class Order(_Order):  # type: ignore[no-redef]
+        owner: str
+
+else:
+    Order = _Order  # type: ignore[misc]
 
 
 typed = (

@@ -1537,6 +1537,7 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
         print(new_id, flush=True)
 
     try:
+        _say_state_moved(sv, engine.flow(run.flow_name).state_type, rid, current)
         result = engine.fork_onto_current(rid, on_created=created)
     except (CheckpointDecodeError, RunStateError) as exc:
         raise FlowError(
@@ -1545,6 +1546,32 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
         ) from exc
     _deliver(engine)
     return report_result(ctx, result)
+
+
+def _say_state_moved(sv: Services, model: Any, rid: str, version: str) -> None:
+    """On stderr, what moving run ``rid``'s state onto ``model`` does to its
+    fields (``state.upgraded_state``): each one added, given its default,
+    and each one left out.
+
+    Raises:
+        CheckpointDecodeError: as ``upgraded_state`` (nothing changed).
+    """
+    from desktop_app.flow.state import upgraded_state
+
+    cp = sv.checkpoints.latest(rid)
+    _, defaults, dropped = upgraded_state(model, cp.state, rid, cp.revision)
+    for name, value in defaults.items():
+        shown = visible_controls(repr(value))
+        print(
+            f"field {name!r} is new in version {version}: given its default {shown}",
+            file=sys.stderr,
+        )
+    for name in dropped:
+        print(
+            f"field {name!r} is not in version {version}: left out (run {rid}'s checkpoints "
+            "keep it)",
+            file=sys.stderr,
+        )
 
 
 def _deliver(engine: Any) -> None:

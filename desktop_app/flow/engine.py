@@ -1497,10 +1497,14 @@ class Engine:
         reattach to them) and stay live. A wait it is in, where the current
         flow has the same wait at that step, goes on in the new run with its
         stored deadline: a sleep is not slept again, and the step's
-        ``on_enter`` does not run again (``replay.carried_waits``).
+        ``on_enter`` does not run again (``replay.carried_waits``). A state
+        field the current model added is given its default, one it no longer
+        has is left out (``state.upgraded_state``).
 
         Raises:
-            CheckpointDecodeError: the state does not fit the current model.
+            CheckpointDecodeError: the state does not fit the current model
+                (a value no longer fits its field, or an added field has no
+                default).
             RunStateError: the step it stopped at no longer exists.
         """
         new_id = uuid.uuid4().hex  # the waits it keeps are keyed by it

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from desktop_app.errors import (
+    CheckpointDecodeError,
     CheckpointNotFoundError,
     FlowVersionMismatchError,
     InputError,
@@ -26,7 +27,12 @@ from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
 from desktop_app.flow.owners import holding
 from desktop_app.flow.results import IncompatibleRun
-from desktop_app.flow.state import apply_output, load_state, refuse_unknown_fields
+from desktop_app.flow.state import (
+    apply_output,
+    load_state,
+    refuse_unknown_fields,
+    upgraded_state,
+)
 from desktop_app.store.protocol import CheckpointStore, StepRecord, Wait, parse_checkpoint_id
 
 #: checkpoint meta a replay, a fork or a move onto a new flow version carries
@@ -98,7 +104,15 @@ def replay_seed(
     if src.flow_version != f.version:
         raise FlowVersionMismatchError(src_id, src.flow_version, f.version)
     cp = store.get_checkpoint(src_id, revision)
-    state = load_state(f.state_type, cp.state, src_id, revision)
+    try:
+        state = load_state(f.state_type, cp.state, src_id, revision)
+    except CheckpointDecodeError:
+        if mutate is None or callable(mutate):
+            raise
+        # the changes may mend what no longer decodes (a field whose type
+        # changed): applied to the stored state before it is decoded
+        refuse_unknown_fields(f.state_type, dict(mutate))
+        state = load_state(f.state_type, {**cp.state, **mutate}, src_id, revision)
     if mutate is not None:
         out = mutate(state.model_copy(deep=True)) if callable(mutate) else dict(mutate)
         model, fields = f.state_type, f.state_type.model_fields
@@ -140,7 +154,7 @@ def upgrade_seed(
     src = store.get_run(run_id)
     f = flow_of(src.flow_name)
     cp = store.latest(run_id)
-    state = load_state(f.state_type, cp.state, run_id, cp.revision)
+    state = upgraded_state(f.state_type, cp.state, run_id, cp.revision)[0]
     missing = [s for s in cp.frontier if s not in f.steps]
     if missing:
         raise RunStateError(

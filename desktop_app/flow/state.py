@@ -107,7 +107,39 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
     except ValidationError as exc:
         first = exc.errors()[0]
         path = ".".join(str(p) for p in first["loc"])
-        raise CheckpointDecodeError(run_id, revision, path, first["msg"]) from exc
+        raise CheckpointDecodeError(run_id, revision, path, first["msg"], mendable=True) from exc
+
+
+def upgraded_state(
+    model: type[S], data: Mapping[str, Any], run_id: str, revision: int
+) -> tuple[S, dict[str, Any], list[str]]:
+    """A run's stored state ``data`` moved onto ``model``, a newer state
+    model of its flow (``resume --onto-current``, asked for by a person):
+    a field ``model`` added is given its default, a field it no longer has
+    is left out (the old run's checkpoints keep it). Returns the state, the
+    fields given their defaults (``{name: default}``) and the fields left
+    out (sorted).
+
+    Raises:
+        CheckpointDecodeError: a field ``model`` added has no default (what
+            to do: give it one), or a stored value no longer fits its field.
+    """
+    fields = model.model_fields
+    added = sorted(set(fields) - set(data))
+    required = [name for name in added if fields[name].is_required()]
+    if required:
+        raise CheckpointDecodeError(
+            run_id,
+            revision,
+            required[0],
+            f"{model.__name__} has a field the run's state lacks and gives it no default; "
+            "give the field a default in the model to move the run onto it",
+        )
+    defaults = {name: fields[name].get_default(call_default_factory=True) for name in added}
+    dropped = sorted(set(data) - set(fields))
+    kept = {k: v for k, v in data.items() if k in fields}
+    state = load_state(model, {**kept, **defaults}, run_id, revision)
+    return state, defaults, dropped
 
 
 #: what encoding an unstorable value raises (pydantic, a too-deep value)
