@@ -4,7 +4,8 @@ Each request takes the next scripted behaviour from ``ChatServer.script``:
 ``("json", body)``, ``("sse", [chunk, ...])``, ``("sse_cut", [chunk, ...])`` (the
 chunks, then the connection closes with no ``[DONE]``: a server killed
 mid-reply), ``("status", code, headers, body)``,
-``("sleep", seconds)``, ``("raw", text)``, ``("ask_user_if_offered", question,
+``("sleep", seconds)``, ``("raw", text)`` (as JSON), ``("sse_raw", text)`` (as
+an event stream), ``("ask_user_if_offered", question,
 answer)`` (a model that calls ``ask_user`` when the request offers it, and
 otherwise answers), ``("gate", event, body)`` (``body`` as ``"json"`` once
 the test sets the ``threading.Event``: a model call in flight for as long as
@@ -102,6 +103,8 @@ class ChatServer:
                     return self._send(200, step[1])
                 if kind == "raw":
                     return self._send_raw(200, step[1].encode(), "application/json")
+                if kind == "sse_raw":  # an event stream's bytes as given (a garbled one)
+                    return self._send_raw(200, step[1].encode(), "text/event-stream")
                 if kind == "status":
                     _, code, headers, text = step
                     self.send_response(code)

@@ -225,6 +225,31 @@ def test_a_non_stream_reply_to_a_stream_request_is_malformed(server):
         list(model_for(server).stream(USER, []))
 
 
+def test_a_garbled_stream_with_tools_offered_is_malformed_not_a_tool_streaming_refusal(server):
+    """A chunk cut off mid-JSON, or a JSON body that is no chat completion,
+    were reported as "the provider cannot stream tool calls ... turn
+    streaming off" whenever tools were offered, though no tool call was
+    made (a tryout): they are malformed replies; only a whole chat
+    completion for a streamed request (llama.cpp's way) is that refusal."""
+    from desktop_app.errors import ToolCallStreamingError
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    server.script = [
+        ("sse_raw", 'data: {"choices": [{"delta": {"content": "Hel"\n\n'),
+        ("raw", '{"object": "error", "message": "overloaded"}'),
+        ("raw", json.dumps(completion("whole"))),
+    ]
+    model = model_for(server)
+    with pytest.raises(MalformedReplyError, match="a stream chunk is not JSON") as cut:
+        list(model.stream(USER, tools))
+    assert not isinstance(cut.value, ToolCallStreamingError)
+    with pytest.raises(MalformedReplyError, match="no server-sent events") as other:
+        list(model.stream(USER, tools))
+    assert not isinstance(other.value, ToolCallStreamingError)
+    with pytest.raises(ToolCallStreamingError, match="cannot stream tool calls"):
+        list(model.stream(USER, tools))
+
+
 def test_tool_call_arguments_with_a_raw_tab_in_a_string_are_read_as_llama_cpp_writes_them():
     """llama.cpp's grammar-constrained JSON (seen from llama-cpp-python's
     server in make test-model) may hold a raw tab inside a string."""

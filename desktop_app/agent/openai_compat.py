@@ -354,10 +354,16 @@ class OpenAICompatibleModel:
                         done = True
                         break
                     try:
-                        choice = json.loads(payload)["choices"][0]
+                        event = json.loads(payload)
+                    except ValueError as exc:  # cut off or garbled: no server's way
+                        raise MalformedReplyError(
+                            f"a stream chunk is not JSON: {redact(payload)[:200]}"
+                        ) from exc
+                    try:
+                        choice = event["choices"][0]
                         delta = choice.get("delta", {})
                         finish = choice.get("finish_reason") or finish
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    except (AttributeError, KeyError, IndexError, TypeError) as exc:
                         if tools:
                             raise _cannot_stream_tools(
                                 f"a stream chunk is not a chat completion chunk: "
@@ -379,7 +385,9 @@ class OpenAICompatibleModel:
                         slot["args"] += fn.get("arguments") or ""
                 if not seen_event and not _is_json("\n".join(body)):
                     raise self._not_json(resp, "\n".join(body))
-                if not seen_event and tools:
+                if not seen_event and tools and _is_completion("\n".join(body)):
+                    # a whole chat completion for a streamed request: a server
+                    # that does not stream when tools are offered (llama.cpp's)
                     raise _cannot_stream_tools(
                         "it answered with no server-sent events (content type "
                         f"{resp.headers.get('content-type')!r})"
@@ -422,6 +430,16 @@ class OpenAICompatibleModel:
             raise _cannot_stream_tools("the stream ended for a tool call that it never sent")
         reply = _not_empty(AssistantReply("".join(text), tool_calls), finish)
         yield StreamDelta("", _unicode(reply))
+
+
+def _is_completion(text: str) -> bool:
+    """Whether ``text`` is a chat completion's JSON (an object with a list of
+    ``choices``), as a server answers a request it does not stream."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and isinstance(value.get("choices"), list)
 
 
 def _is_json(text: str) -> bool:
