@@ -508,3 +508,35 @@ def test_a_reply_cut_mid_stream_says_the_text_shown_is_not_the_answer(tmp_path):
         again = as_printed(hint, {**os.environ, **env})
         assert again.returncode == 0 and again.stdout == "The whole answer.\n", again.stderr
         assert "not the answer" not in again.stderr
+
+
+def test_a_digest_summary_that_failed_names_its_agent_run(tmp_path):
+    """The digest's error for a summary that failed said only "summary of
+    n1.md ended failed:" (a tryout): it names the agent run that failed,
+    whose `show` has the rest."""
+    db = tmp_path / "f.db"
+    assert run(db, "db", "apply").returncode == 0
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha.\n")
+    with ChatServer() as server:
+        server.script = [("status", 400, {}, '{"error": {"message": "bad model"}}')]
+        env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = run(
+            db,
+            "run",
+            "digest",
+            "--folder",
+            str(folder),
+            "--out",
+            str(tmp_path / "o"),
+            "--model",
+            "--quiet",
+            env=env,
+        )
+    assert out.returncode != 0
+    said = out.stdout + out.stderr
+    m = re.search(r"summary of a\.md ended failed: [^\n]+ \(agent run ([0-9a-f]{32}:a\.md)\)", said)
+    assert m is not None, said
+    shown = run(db, "show", m.group(1), env=env)
+    assert shown.returncode == 0 and "failed" in shown.stdout, shown.stdout + shown.stderr

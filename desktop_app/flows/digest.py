@@ -369,7 +369,8 @@ def agent_summarizer(agent: Agent) -> Summarizer:
                 f"not summarised: the model asked {question!r} instead (agent run {child})"
             )
         if res.status != "done" or res.text is None:
-            raise AgentError(f"summary of {rel} ended {res.status}: {res.error}")
+            why = f": {res.error}" if res.error else " with no reply text"
+            raise AgentError(f"summary of {rel} ended {res.status}{why} (agent run {child})")
         return " ".join(res.text.split())
 
     return summarize
