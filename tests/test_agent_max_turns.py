@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from tests import cli_forkserver
 from tests.chat_server import ChatServer, completion
 from tests.cli_support import as_printed
@@ -19,6 +21,7 @@ def run(db: Path, *args: str, env: dict[str, str]):  # type: ignore[no-untyped-d
     return cli_forkserver.run(["--db", str(db), *args], env=env, cwd=REPO, timeout=120)
 
 
+@pytest.mark.scenario("S117")
 def test_a_run_out_of_turns_resumes_with_the_printed_limit(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     with ChatServer() as server:

@@ -14,6 +14,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.cli_support import flowdesk
 from tests.typed_flows import FLOWS_ENV
 
@@ -21,6 +23,7 @@ STR = {"FLOWDESK_FLOWS": FLOWS_ENV}
 INT = {**STR, "FLOWDESK_TEST_NAME_INT": "1"}
 
 
+@pytest.mark.scenario("S118")
 def test_a_run_whose_state_no_longer_fits_says_so_and_what_to_change(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     assert flowdesk(db, "db", "apply", env=STR).returncode == 0
@@ -77,6 +80,7 @@ def test_a_new_given_version_alone_is_said_as_such(tmp_path: Path) -> None:
     assert "its steps, their kinds, edges or routes" not in refused.stderr
 
 
+@pytest.mark.scenario("S118")
 def test_onto_current_gives_an_added_field_its_default_and_refuses_one_without(
     tmp_path: Path,
 ) -> None:
