@@ -74,6 +74,14 @@ def two_docs(tmp_path):
     return folder
 
 
+def digest_with_model(db: Path, folder: Path, out: Path, env: dict):
+    """``flowdesk run digest --model --quiet`` of ``folder`` into ``out``."""
+    return run(
+        db, "run", "digest", "--folder", str(folder), "--out", str(out), "--model", "--quiet",
+        env=env,
+    )  # fmt: skip
+
+
 def test_digest_model_mode_summaries_come_from_the_agent(tmp_path):
     import sqlite_utils
 
@@ -87,18 +95,7 @@ def test_digest_model_mode_summaries_come_from_the_agent(tmp_path):
             ("json", completion("Model summary of B.")),
         ]
         env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
-        out = run(
-            db,
-            "run",
-            "digest",
-            "--folder",
-            str(folder),
-            "--out",
-            str(tmp_path / "o"),
-            "--model",
-            "--quiet",
-            env=env,
-        )
+        out = digest_with_model(db, folder, tmp_path / "o", env)
         assert out.returncode == 0, out.stderr
         assert len(server.requests) == 2  # the binary file is not sent to the model
     report = (tmp_path / "o" / "digest.md").read_text()
@@ -522,18 +519,7 @@ def test_a_digest_summary_that_failed_names_its_agent_run(tmp_path):
     with ChatServer() as server:
         server.script = [("status", 400, {}, '{"error": {"message": "bad model"}}')]
         env = {"FLOWDESK_MODEL__BASE_URL": server.url, "FLOWDESK_MODEL__MODEL": "m"}
-        out = run(
-            db,
-            "run",
-            "digest",
-            "--folder",
-            str(folder),
-            "--out",
-            str(tmp_path / "o"),
-            "--model",
-            "--quiet",
-            env=env,
-        )
+        out = digest_with_model(db, folder, tmp_path / "o", env)
     assert out.returncode != 0
     said = out.stdout + out.stderr
     m = re.search(r"summary of a\.md ended failed: [^\n]+ \(agent run ([0-9a-f]{32}:a\.md)\)", said)

@@ -16,13 +16,22 @@ from tests.lock_holder import write_lock_held
 from tests.timer_flows import FLOWS_ENV
 
 
-def test_a_sqlite3_shell_holding_the_lock_is_not_named(tmp_path: Path) -> None:
+#: the tests' environment: the approver flow, a short busy timeout (seconds)
+ENV = {"FLOWDESK_FLOWS": FLOWS_ENV, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
+
+
+def waiting_approver(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
+    """A database holding an ``approver`` run waiting for its answer:
+    ``(db, env, run_id)``."""
     db = tmp_path / "s.db"
-    env = {"FLOWDESK_FLOWS": FLOWS_ENV, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
-    started = flowdesk(db, "start", "approver", "--input", json.dumps({"order": "z"}), env=env)
+    assert flowdesk(db, "db", "apply", env=ENV).returncode == 0
+    started = flowdesk(db, "start", "approver", "--input", json.dumps({"order": "z"}), env=ENV)
     assert started.returncode == 0, started.stderr
-    run_id = started.stdout.split()[0]
+    return db, ENV, started.stdout.split()[0]
+
+
+def test_a_sqlite3_shell_holding_the_lock_is_not_named(tmp_path: Path) -> None:
+    db, env, run_id = waiting_approver(tmp_path)
     with write_lock_held(db) as holder:
         out = flowdesk(db, "cancel", run_id, env=env)
     assert out.returncode == 1, out.stderr
@@ -77,12 +86,7 @@ def test_an_answer_that_met_the_lock_prints_the_answer_again_not_a_resume(
     Run as printed once the lock is gone, it answers the question."""
     from tests.cli_support import as_printed
 
-    db = tmp_path / "s.db"
-    env = {"FLOWDESK_FLOWS": FLOWS_ENV, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
-    started = flowdesk(db, "start", "approver", "--input", json.dumps({"order": "z"}), env=env)
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.split()[0]
+    db, env, run_id = waiting_approver(tmp_path)
     with write_lock_held(db):
         out = flowdesk(db, "answer", run_id, "yes", env=env)
     assert out.returncode == 1, out.stderr
