@@ -15,7 +15,6 @@ from tests.cli_support import flowdesk
 from tests.lock_holder import write_lock_held
 from tests.timer_flows import FLOWS_ENV
 
-
 #: the tests' environment: the approver flow, a short busy timeout (seconds)
 ENV = {"FLOWDESK_FLOWS": FLOWS_ENV, "FLOWDESK_BUSY_TIMEOUT_S": "0.5"}
 
