@@ -421,3 +421,28 @@ def test_a_checkpoint_whose_state_is_not_json_is_refused_with_nothing_written(sq
     assert "cannot be stored: TypeError: " in str(err.value)
     assert sqlite_store.get_run("r1").revision == 0
     assert [c.revision for c in sqlite_store.history("r1")] == [0]
+
+
+def test_the_cached_latest_checkpoint_is_what_a_fresh_read_of_the_file_gives(db_path):
+    """A checkpoint appended by a caller that keeps it (not ``given``: an
+    ``update_latest``, a program's own append) is cached as the delta row
+    applied to the cached revision before (``rows.remembered``): every
+    field, its step id, progress and error among them, is what a second
+    store reading the file returns."""
+    store = open_store(db_path)
+    fresh = open_store(db_path)
+    try:
+        store.create_run(RunRecord("r1", "flow", "v1", "waiting", 0, 1000.25, 1000.25), CP0)
+        store.latest("r1")  # cached: the revision the delta applies to
+        for cp in (CP1, CP2):
+            assert store.append_batch([AppendRequest(cp)]) == [None]
+            cached = store.latest("r1")
+            assert cached == fresh.get_checkpoint("r1", cp.revision) == cp
+            assert (cached.step_id, cached.progress, cached.error) == (
+                cp.step_id,
+                cp.progress,
+                cp.error,
+            )
+    finally:
+        fresh.close()
+        store.close()
