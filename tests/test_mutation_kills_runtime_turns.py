@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from desktop_app.agent import Agent, ScriptedModel, tool
-from desktop_app.errors import InputRequiredError, RateLimitedError
+from desktop_app.errors import InputRequiredError, ProviderUnavailableError, RateLimitedError
 from desktop_app.flow.clock import ManualClock
 from desktop_app.store.sqlite.agent_runs import SqliteAgentStore
 from tests.test_mutation_kills_runtime import ListedServer, script_json
@@ -299,3 +299,37 @@ def test_a_runs_span_names_the_agent_and_says_how_the_run_stopped(db_path):
             "flowdesk.status": status,
         }
         assert (span["status"], span["error"]) == outcome
+
+
+def test_a_run_out_of_turns_resumes_only_under_a_higher_max_turns(sqlite_store):
+    """S117 in-process: a run that used its ``max_turns`` is refused by a
+    resume under the same limit, with nothing asked of the model; an agent
+    whose limit is higher goes on with one more model call. A run that
+    failed another way, or is not failed, is not refused so."""
+    from desktop_app.errors import RunStateError
+
+    store = SqliteAgentStore(sqlite_store)
+    model = ScriptedModel([{"tool": "nope", "args": {}}] * 2)
+    res = Agent("helper", model, store, max_turns=2).ask("q", run_id="t1")
+    assert (res.status, res.error) == ("failed", "no answer after 2 turns")
+    assert store.get("t1").turns == 2 and model.calls == 2
+    with pytest.raises(RunStateError) as refused:
+        Agent("helper", model, store, max_turns=2).resume("t1")
+    assert str(refused.value) == (
+        "agent run t1 took 2 turns with no answer and may take 2; raise the agent's "
+        "max_turns above 2 to resume it"
+    )
+    assert model.calls == 2 and store.get("t1").status == "failed"  # nothing asked or changed
+    more = ScriptedModel(["at last"])
+    done = Agent("helper", more, store, max_turns=3).resume("t1")
+    assert (done.status, done.text, more.calls) == ("done", "at last", 1)
+
+    # failed another way with as many turns: resumed (the model asked again)
+    other = ScriptedModel([{"tool": "nope", "args": {}}, ProviderUnavailableError("503")] * 3)
+    failed = Agent("helper", other, store, max_turns=5, retries=0).ask("q", run_id="t2")
+    assert failed.status == "failed" and store.get("t2").error_type != "MaxTurns"
+    turns = store.get("t2").turns
+    again = ScriptedModel(["fine"])
+    assert Agent("helper", again, store, max_turns=turns).resume("t2").status == "failed"
+    assert again.calls == 0  # its limit is reached, so the drive ends it: no refusal
+    assert Agent("helper", again, store, max_turns=turns + 1).resume("t2").text == "fine"
