@@ -293,7 +293,7 @@ def _say_resume(ctx: Ctx, *, unsaved_step: bool = False) -> bool:
         return True
     if ctx.current_run is None:
         return False
-    if unsaved_step:
+    if unsaved_step and not ctx.current_is_agent:
         print(
             f"run {ctx.current_run} stands at its last saved checkpoint: the step it was in "
             "runs again when it resumes (steps run at least once)",

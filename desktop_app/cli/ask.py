@@ -405,7 +405,9 @@ def resume_agent_run(
         raise ConfigError(NO_MODEL)
     given = _sources(ctx)
     sources = ToolSources.of_run(sv.agents, run_id) if given.empty else given
-    ctx.current_run = run_id
+    ctx.current_run, ctx.current_is_agent = run_id, True
+    if answer is not None:  # until it is recorded, a stop prints this command again
+        ctx.unanswered = _answer_again(run, answer, wait_id)
     with contextlib.ExitStack() as stack:
         # the answer or resume takes the run before any server starts: of two
         # at once, the losing one starts none and calls no tool
@@ -420,6 +422,7 @@ def resume_agent_run(
             # cannot start leaves the answer recorded (resume goes on with it)
             recorder = agent_for(sv, run.agent, [], sources, owner)
             recorder.record_input(run_id, answer, wait_id=wait_id)
+            ctx.unanswered = None
         elif not goes_on(now := sv.agents.get(run_id), sv.checkpoints.now()):
             # changed since it was read (another process resumed it a moment
             # ago): done, its saved answer; else refused as it stands; no server started
@@ -443,6 +446,19 @@ def resume_agent_run(
         agent = agent_for(sv, run.agent, tools, sources, owner)
         res, printed = _print_events(ctx, agent.resume_stream(run_id))
     return _finish(ctx, sv, res, printed=printed)
+
+
+def _answer_again(run: Any, answer: str, wait_id: str | None) -> str:
+    """The command (for ``Hints.cmd``) that gives agent run ``run`` the same
+    ``answer`` again, pinned to ``wait_id``: ``answer RUN yes --wait-id …``
+    for a tool call's approval, ``ask --resume RUN --answer TEXT --wait-id
+    …`` for a question (as ``waiting`` prints them)."""
+    from desktop_app.agent.approvals import ask_command, short_wait_id
+
+    if wait_id is not None and "approval" in (run.pending_call or {}):
+        pin = shell_quote(short_wait_id(wait_id))
+        return f"answer {run.run_id} {shell_quote(answer)} --wait-id {pin}"
+    return ask_command(run.run_id, wait_id, answer)
 
 
 def _not_recorded(ctx: Ctx, exc: Exception, run_id: str, answer: str | None) -> None:

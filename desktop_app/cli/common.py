@@ -174,6 +174,8 @@ class Ctx:
         self._settings: Settings | None = None
         #: the run being executed, for the Ctrl-C hint
         self.current_run: str | None = None
+        #: :attr:`current_run` is an agent run (it has no steps to run again)
+        self.current_is_agent = False
         #: what a command was given and, the disk being full, did not save
         #: (a clause: "the answer was not saved (run R still waits for it)");
         #: the disk-full message then names the same command again
