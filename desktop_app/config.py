@@ -204,6 +204,11 @@ class FileToolsSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
 
 
+#: the most model turns one agent run may be given (a run of thousands of
+#: turns is a model in a loop, and its conversation grows with each)
+MAX_TURNS_CAP = 1000
+
+
 class AgentSettings(BaseSettings):
     """One agent's own settings (``[agents.NAME]``; ``ask`` is the agent of
     ``flowdesk ask``, ``digest-summary`` the one of ``digest --model``).
@@ -215,11 +220,11 @@ class AgentSettings(BaseSettings):
         max_turns: model turns a run may take before it ends ``failed``
             with no answer (20). A run that used them resumes once this is
             raised above the turns it took (as ``FLOWDESK_AGENTS__ASK__MAX_TURNS``
-            for ``ask``).
+            for ``ask``); at most :data:`MAX_TURNS_CAP`.
     """
 
     system: str | None = None
-    max_turns: int = Field(default=20, ge=1)
+    max_turns: int = Field(default=20, ge=1, le=MAX_TURNS_CAP)
 
     model_config = SettingsConfigDict(extra="forbid")
 

@@ -43,7 +43,10 @@ def test_a_run_out_of_turns_resumes_with_the_printed_limit(tmp_path: Path) -> No
         same = run(db, "resume", run_id, env=env)  # the limit unchanged: nothing asked
         assert same.returncode != 0 and len(server.requests) == 20, same.stderr
         assert "took 20 turns with no answer and may take 20" in same.stderr, same.stderr
-        assert "max_turns" in same.stderr and "Traceback" not in same.stderr
+        assert "FLOWDESK_AGENTS__ASK__MAX_TURNS" in same.stderr and "Traceback" not in same.stderr
+        too_many = run(db, "resume", run_id, env={**env, "FLOWDESK_AGENTS__ASK__MAX_TURNS": "1001"})
+        assert too_many.returncode == 2 and "less than or equal to 1000" in too_many.stderr
+        assert len(server.requests) == 20
         shown = run(db, "show", run_id, env=env)
         assert hint.group(1) in shown.stdout, shown.stdout  # show prints the same next step
 

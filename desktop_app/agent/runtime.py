@@ -486,7 +486,10 @@ class Agent:
             # going on would end it again at once, asking the model nothing
             raise RunStateError(
                 f"agent run {run_id} took {run.turns} turns with no answer and may take "
-                f"{self.max_turns}; raise the agent's max_turns above {run.turns} to resume it"
+                f"{self.max_turns}; raise the agent's max_turns above {run.turns} to resume it "
+                f"(max_turns under [agents.{run.agent}] in the settings, "
+                f"FLOWDESK_AGENTS__{run.agent.upper()}__MAX_TURNS; Agent(max_turns=…) in a "
+                "program)"
             )
         self._refuse_other_tools(run_id)
         self._claim(run)
@@ -930,7 +933,7 @@ class Agent:
                 yield self._finish(
                     run,
                     "failed",
-                    error=f"no answer after {self.max_turns} turns",
+                    error=f"no answer after {run.turns} turns",
                     error_type="MaxTurns",
                 )
                 return

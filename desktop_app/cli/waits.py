@@ -537,7 +537,11 @@ def agent_next(hints: Hints, run: Any, *, no_stream: bool = False) -> str | None
         f"ask --resume {run.run_id} --no-stream" if no_stream else f"resume {run.run_id}"
     )
     if run.error_type == "MaxTurns":
-        more = max(2 * run.turns, run.turns + 1)
+        from desktop_app.config import MAX_TURNS_CAP
+
+        if run.turns >= MAX_TURNS_CAP:  # no limit takes it further: it is final
+            return f"{MAX_TURNS_CAP:,} turns is the most a run may take: ask again, more narrowly"
+        more = min(max(2 * run.turns, run.turns + 1), MAX_TURNS_CAP)
         if re.fullmatch(r"[a-z_][a-z0-9_]*", run.agent):
             return f"FLOWDESK_AGENTS__{run.agent.upper()}__MAX_TURNS={more} {again}"
         name = visible_controls(run.agent)
