@@ -236,6 +236,7 @@ def test_a_garbled_stream_with_tools_offered_is_malformed_not_a_tool_streaming_r
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     server.script = [
         ("sse_raw", 'data: {"choices": [{"delta": {"content": "Hel"\n\n'),
+        ("sse_raw", 'data: {"hello": "world"}\n\ndata: [DONE]\n\n'),
         ("raw", '{"object": "error", "message": "overloaded"}'),
         ("raw", json.dumps(completion("whole"))),
     ]
@@ -243,6 +244,9 @@ def test_a_garbled_stream_with_tools_offered_is_malformed_not_a_tool_streaming_r
     with pytest.raises(MalformedReplyError, match="a stream chunk is not JSON") as cut:
         list(model.stream(USER, tools))
     assert not isinstance(cut.value, ToolCallStreamingError)
+    with pytest.raises(MalformedReplyError, match="not a chat completion chunk") as odd:
+        list(model.stream(USER, tools))
+    assert not isinstance(odd.value, ToolCallStreamingError)
     with pytest.raises(MalformedReplyError, match="no server-sent events") as other:
         list(model.stream(USER, tools))
     assert not isinstance(other.value, ToolCallStreamingError)

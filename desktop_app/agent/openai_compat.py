@@ -364,13 +364,9 @@ class OpenAICompatibleModel:
                         delta = choice.get("delta", {})
                         finish = choice.get("finish_reason") or finish
                     except (AttributeError, KeyError, IndexError, TypeError) as exc:
-                        if tools:
-                            raise _cannot_stream_tools(
-                                f"a stream chunk is not a chat completion chunk: "
-                                f"{redact(payload)[:200]}"
-                            ) from exc
                         raise MalformedReplyError(
-                            f"bad stream chunk: {redact(payload)[:200]}"
+                            f"a stream chunk is not a chat completion chunk: "
+                            f"{redact(payload)[:200]}"
                         ) from exc
                     if delta.get("content"):
                         text.append(delta["content"])
