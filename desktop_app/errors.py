@@ -923,10 +923,18 @@ class CheckpointDecodeError(FlowdeskError):
     fits its type; a fork of this very checkpoint that gives the field a
     new value goes on from it (``Engine.fork`` applies a dict of changes to
     the stored state before decoding it), and the message says so.
+    ``advice``: what to do instead of those (the message's last clause).
     """
 
     def __init__(
-        self, run_id: str, revision: int, field_path: str, reason: str, *, mendable: bool = False
+        self,
+        run_id: str,
+        revision: int,
+        field_path: str,
+        reason: str,
+        *,
+        mendable: bool = False,
+        advice: str | None = None,
     ) -> None:
         self.run_id = run_id
         self.revision = revision
@@ -941,10 +949,12 @@ class CheckpointDecodeError(FlowdeskError):
             if mendable and top
             else ""
         )
+        if advice is None:
+            advice = f"change the model back to what the run stored{earlier}{mend}"
         super().__init__(
             f"checkpoint of run {run_id} revision {revision} cannot be decoded{where}: "
             f"{reason}. Nothing ran from it: the state stored there no longer fits the "
-            f"flow's state model; change the model back to what the run stored{earlier}{mend}."
+            f"flow's state model; {advice}."
         )
 
 

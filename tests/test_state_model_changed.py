@@ -103,7 +103,19 @@ def test_onto_current_gives_an_added_field_its_default_and_refuses_one_without(
         refused.stderr
     ), refused.stderr
     assert "give the field a default in the model" in refused.stderr
-    assert "Nothing changed" in refused.stderr
+    assert "Nothing changed" in refused.stderr and ".." not in refused.stderr
+    # a replay or a fork stays on the old version: neither is offered (a tryout's loop)
+    assert "fork" not in refused.stderr and "earlier checkpoint" not in refused.stderr
+
+    # moved onto a version whose field also changed type: refused, naming what works
+    retyped = {**STR, "FLOWDESK_TEST_OWNER": "default", "FLOWDESK_TEST_NAME_INT": "1"}
+    refused = flowdesk(db, "resume", run, "--onto-current", env=retyped)
+    assert refused.returncode == 1
+    assert "at field 'name'" in refused.stderr and "to a type its stored value fits" in (
+        refused.stderr
+    ), refused.stderr
+    assert "fork" not in refused.stderr and "earlier checkpoint" not in refused.stderr
+    assert ".." not in refused.stderr
     assert json.loads(flowdesk(db, "show", run, "-o", "json", env=STR).stdout)["status"] == (
         "waiting"
     )

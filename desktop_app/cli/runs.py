@@ -1541,8 +1541,9 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
         result = engine.fork_onto_current(rid, on_created=created)
     except (CheckpointDecodeError, RunStateError) as exc:
         raise FlowError(
-            f"run {rid} cannot continue on {run.flow_name} version {current}: {exc}. "
-            f"Nothing changed; to end it: `{ctx.hints.cmd(f'cancel {rid}')}`"
+            f"run {rid} cannot continue on {run.flow_name} version {current}: "
+            f"{str(exc).rstrip('.')}. Nothing changed; to end it: "
+            f"`{ctx.hints.cmd(f'cancel {rid}')}`"
         ) from exc
     _deliver(engine)
     return report_result(ctx, result)

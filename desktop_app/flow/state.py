@@ -110,6 +110,13 @@ def load_state(model: type[S], data: Mapping[str, Any], run_id: str, revision: i
         raise CheckpointDecodeError(run_id, revision, path, first["msg"], mendable=True) from exc
 
 
+#: what to do when a run's state does not fit the model it is moved onto
+_MOVING = (
+    "change the field in the current model to a type its stored value fits (or give it a "
+    "validator that converts it), or keep the run for its flow's earlier code"
+)
+
+
 def upgraded_state(
     model: type[S], data: Mapping[str, Any], run_id: str, revision: int
 ) -> tuple[S, dict[str, Any], list[str]]:
@@ -132,13 +139,19 @@ def upgraded_state(
             run_id,
             revision,
             required[0],
-            f"{model.__name__} has a field the run's state lacks and gives it no default; "
-            "give the field a default in the model to move the run onto it",
+            f"{model.__name__} has a field the run's state lacks and gives it no default",
+            advice="give the field a default in the model to move the run onto it, or keep "
+            "the run for its flow's earlier code",
         )
     defaults = {name: fields[name].get_default(call_default_factory=True) for name in added}
     dropped = sorted(set(data) - set(fields))
     kept = {k: v for k, v in data.items() if k in fields}
-    state = load_state(model, {**kept, **defaults}, run_id, revision)
+    try:
+        state = load_state(model, {**kept, **defaults}, run_id, revision)
+    except CheckpointDecodeError as exc:  # a replay or a fork stays on the old version
+        raise CheckpointDecodeError(
+            run_id, revision, exc.field_path, exc.reason, advice=_MOVING
+        ) from exc
     return state, defaults, dropped
 
 
