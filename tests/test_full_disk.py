@@ -287,3 +287,21 @@ def test_a_full_disk_after_a_tidy_completed_says_its_moves_are_queued_not_interr
     assert done.returncode == 0, done.stderr
     assert not list(folder.glob("*.jpg"))  # every file moved
     assert "queued" not in flowdesk(db, "show", run_id).stdout
+
+
+def test_opening_a_store_on_a_full_disk_says_no_run_stopped(small_disk):
+    """A program's ``open_store`` on a full disk (the ``-shm`` index cannot
+    be made) said a run "stopped at its last saved step" and to run
+    `flowdesk resume --all` (a tryout): nothing ran; it says to open again."""
+    from desktop_app.store.sqlite.store import open_store
+
+    db = small_disk / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    filler = fill(small_disk)
+    with pytest.raises(DiskFullError) as full:
+        open_store(db)
+    said = str(full.value)
+    assert "stopped" not in said and "resume" not in said, said
+    assert said.endswith("Free at least 5 MiB on that disk, then open it again."), said
+    filler.unlink()
+    open_store(db).close()

@@ -115,3 +115,31 @@ def test_a_lookup_that_meets_a_full_disk_ends_the_pass(db_path: Path) -> None:
         assert files.made == keys
     finally:
         store.close()
+
+
+def test_a_claim_that_meets_a_full_disk_says_what_a_delivery_needs(db_path: Path) -> None:
+    """The claim of a pass met the full disk before any send (a tryout, with
+    40 KB free): its message was a run's ("the run stopped ... flowdesk
+    resume --all"); it is a delivery's, and nothing was claimed or sent."""
+
+    class FullAtClaim(SqliteCheckpointStore):
+        def claim_intents(self, *args: object, **kwargs: object) -> list:  # type: ignore[override]
+            raise DiskFullError("the database")
+
+    store = open_store(db_path)
+    try:
+        queue_three(store)
+    finally:
+        store.close()
+    store = open_store(db_path)
+    store.__class__ = FullAtClaim
+    files = Files()
+    try:
+        with pytest.raises(DiskFullError) as full:
+            Dispatcher(store, {"files": files}).dispatch()
+        said = str(full.value)
+        assert "stopped at its last saved step" not in said and "resume" not in said, said
+        assert "the next delivery pass (a program's next dispatch()" in said, said
+        assert files.made == [] and set(statuses(store).values()) == {"pending"}
+    finally:
+        store.close()

@@ -360,20 +360,20 @@ class Dispatcher:
                 this dispatcher is gone, or when its claim expires).
         """
         now = None if self._claim_clock is None else self._claim_clock.now()
-        # only what this dispatcher can deliver: an intent for a destination
-        # another process registers stays pending for that process
-        claimed = self.store.claim_intents(
-            self.owner,
-            self.claim_ttl_s,
-            limit,
-            presumed_dead=claimant_is_gone,
-            presumed_alive=claimant_is_alive,
-            now=now,
-            destinations=tuple(self.destinations),
-        )
-        if not claimed:
-            return 0
         try:
+            # only what this dispatcher can deliver: an intent for a destination
+            # another process registers stays pending for that process
+            claimed = self.store.claim_intents(
+                self.owner,
+                self.claim_ttl_s,
+                limit,
+                presumed_dead=claimant_is_gone,
+                presumed_alive=claimant_is_alive,
+                now=now,
+                destinations=tuple(self.destinations),
+            )
+            if not claimed:
+                return 0
             with self._renewing():
                 return sum(self._deliver(intent) for intent in claimed)
         except DiskFullError as exc:  # its words are a run's: no run stopped here

@@ -32,6 +32,7 @@ from desktop_app.errors import (
     CheckpointCorruptError,
     CheckpointDecodeError,
     CheckpointNotFoundError,
+    DiskFullError,
     DomainWriteError,
     DuplicateFlowKeyError,
     FlowdeskError,
@@ -1625,17 +1626,27 @@ def open_store(
     if create and vfs is None and not os.path.lexists(p) and p.parent.is_dir():
         # refused before anything is made: a command that refuses leaves nothing behind
         raise migrations.schema_missing([f.key for f in migrations.schema_files()], str(p))
-    conn = open_connection(
-        path,
-        synchronous=synchronous,
-        busy_timeout_s=busy_timeout_s,
-        fullfsync=fullfsync,
-        create=create,
-        vfs=vfs,
-        write_gate=write_gate,
-    )
+    try:
+        conn = open_connection(
+            path,
+            synchronous=synchronous,
+            busy_timeout_s=busy_timeout_s,
+            fullfsync=fullfsync,
+            create=create,
+            vfs=vfs,
+            write_gate=write_gate,
+        )
+    except DiskFullError as exc:  # its words are a run's: nothing ran yet
+        raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_OPEN_AGAIN) from exc
     try:
         return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)
+    except DiskFullError as exc:
+        conn.close()
+        raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_OPEN_AGAIN) from exc
     except BaseException:
         conn.close()
         raise
+
+
+#: what follows once a full disk that stopped opening a store has space again
+_OPEN_AGAIN = "open it again"
