@@ -583,6 +583,13 @@ class SchemaTooNewError(SchemaError):
     """The file holds schema files this version of Flowdesk does not know."""
 
 
+class SchemaRecordsLostError(SchemaError):
+    """The file holds Flowdesk's tables but not its record of the schema
+    files applied (the ledger table): dropped outside Flowdesk. ``db apply``
+    cannot tell what is applied (it would create tables that exist), so
+    nothing is applied or opened; only a backup gives the records back."""
+
+
 class DuplicateWaitIdError(StoreError):
     """A checkpoint given to the store carries two or more waits with one
     wait id (``Wait.wait_id`` keys the ``waits`` table; an answer or a

@@ -92,6 +92,37 @@ def test_doctor_names_a_table_dropped_by_hand(tmp_path):
     assert "table waits: dropped outside Flowdesk" in line and "from a backup" in line, line
 
 
+def test_doctor_names_a_column_dropped_and_the_schema_records_dropped(tmp_path):
+    """A second tryout: a dropped column and a table of the wrong shape went
+    unseen; a dropped ledger made `runs` say to run `db apply`, which failed
+    with "table runs already exists". The column is named; the ledger's loss
+    is said by every command, `db apply` included, which changes nothing."""
+    import sqlite3
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE digest_files DROP COLUMN kind")
+    conn.execute("DROP INDEX outbox_status")
+    conn.execute("DROP TABLE outbox")
+    conn.execute("CREATE TABLE outbox(x)")
+    conn.commit()
+    out = flowdesk(db, "doctor")
+    (line,) = [x for x in out.stdout.splitlines() if "schema objects" in x]
+    assert "column digest_files.kind" in line and "column outbox.intent_id" in line, line
+    assert "index outbox_status" in line and out.returncode == 1
+
+    conn.execute("DROP TABLE flowdesk_schema_ledger")
+    conn.commit()
+    conn.close()
+    lost = "holds Flowdesk's tables but not its record of the schema applied"
+    for args in (("doctor",), ("runs",), ("db", "apply")):
+        said = flowdesk(db, *args)
+        assert said.returncode == 1, (args, said.stdout, said.stderr)
+        assert lost in said.stdout + said.stderr, (args, said.stdout, said.stderr)
+        assert "already exists" not in said.stderr and f"--db {db} db apply" not in said.stderr
+
+
 def _tidy_in(db, folder, scope: str) -> str:
     folder.mkdir()
     (folder / "photo.jpg").write_bytes(b"jpg")

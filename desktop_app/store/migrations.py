@@ -41,6 +41,7 @@ from desktop_app.errors import (
     SchemaChecksumError,
     SchemaMissingDiskFullError,
     SchemaMissingError,
+    SchemaRecordsLostError,
     SchemaTooNewError,
     StoreError,
     redact,
@@ -144,6 +145,15 @@ def _ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
         "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?", (LEDGER,)
     ).fetchall()
     if not exists:
+        if conn.execute(
+            "SELECT 1 FROM sqlite_schema WHERE type='table' AND name='runs'"
+        ).fetchall():
+            raise SchemaRecordsLostError(
+                f"the database{f' {db}' if db else ''} holds Flowdesk's tables but not its "
+                f"record of the schema applied (table {LEDGER}): it was dropped outside "
+                "Flowdesk, and `db apply` cannot tell what is applied. Restore the file from "
+                "a backup (stop every Flowdesk process using it first); nothing was changed"
+            )
         return {}
     rows = conn.execute(f"SELECT component, name, checksum, applied_at FROM {LEDGER}")
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
@@ -397,31 +407,51 @@ def _pg_apply(conn: Any, files: Iterable[SchemaFile] | None, db: str) -> list[Sc
 
 
 @functools.cache
-def _shipped_objects() -> frozenset[tuple[str, str]]:
+def _shipped_objects() -> tuple[frozenset[tuple[str, str]], dict[str, tuple[str, ...]]]:
     """``(type, name)`` of every table, index, trigger and view the shipped
-    SQLite schema files create, as applied to an empty in-memory database."""
+    SQLite schema files create, and each table's columns, as applied to an
+    empty in-memory database."""
     conn = apsw.Connection(":memory:")
     try:
         apply(conn)
-        return frozenset((str(kind), str(name)) for kind, name in conn.execute(_OBJECTS))
+        return _objects(conn), _columns(conn)
     finally:
         conn.close()
 
 
-_OBJECTS = "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+def _objects(conn: Any) -> frozenset[tuple[str, str]]:
+    rows = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+    return frozenset((str(kind), str(name)) for kind, name in rows)
+
+
+def _columns(conn: Any) -> dict[str, tuple[str, ...]]:
+    tables = [str(n) for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+    return {
+        t: tuple(str(row[1]) for row in conn.execute("SELECT * FROM pragma_table_info(?)", (t,)))
+        for t in tables
+    }
 
 
 def missing_objects(conn: Any) -> list[str]:
     """What the applied schema created that the SQLite database behind
-    ``conn`` lacks now (``["table waits", "index waits_run"]``, sorted):
-    dropped by hand or by a program outside Flowdesk, which ``db apply``
-    does not create again (its ledger says every file was applied). Empty
-    when nothing is missing, or when a schema file is not applied yet
-    (``status`` reports that)."""
+    ``conn`` lacks now (``["column digest_files.kind", "index waits_run",
+    "table waits"]``, sorted): dropped by hand or by a program outside
+    Flowdesk, which ``db apply`` does not create again (its ledger says
+    every file was applied). Empty when nothing is missing, or when a
+    schema file is not applied yet (``status`` reports that).
+
+    Raises:
+        SchemaRecordsLostError: the ledger itself was dropped.
+    """
     if any(s.state != "applied" for s in status(conn)):
         return []
-    present = {(str(kind), str(name)) for kind, name in conn.execute(_OBJECTS)}
-    return sorted(f"{kind} {name}" for kind, name in _shipped_objects() - present)
+    shipped, columns = _shipped_objects()
+    lost = [f"{kind} {name}" for kind, name in shipped - _objects(conn)]
+    have = _columns(conn)
+    for table, wanted in columns.items():
+        if table in have:
+            lost += [f"column {table}.{c}" for c in wanted if c not in have[table]]
+    return sorted(lost)
 
 
 def apply(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -> list[SchemaFile]:
