@@ -947,6 +947,7 @@ class CheckpointDecodeError(FlowdeskError):
         self.revision = revision
         self.field_path = field_path
         self.reason = reason
+        self.mendable = mendable
         where = f" at field {field_path!r}" if field_path else ""
         earlier = ", or replay or fork the run from an earlier checkpoint" if revision else ""
         top = field_path.split(".")[0]

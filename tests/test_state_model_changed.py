@@ -36,7 +36,10 @@ def test_a_run_whose_state_no_longer_fits_says_so_and_what_to_change(tmp_path: P
     assert (
         "waiting: its stored state no longer fits flow 'typed''s state model at field 'name' ("
     ) in shown.stdout, shown.stdout
-    assert "change the model back to what the run stored; then the commands below" in (shown.stdout)
+    assert "change the model back to what the run stored (or fork checkpoint " in shown.stdout
+    assert f"{run}:1 giving 'name' a value that fits, with `fork --changes`); then the " in (
+        shown.stdout
+    ), shown.stdout
 
     answered = flowdesk(db, "answer", run, "yes", env=INT)
     assert answered.returncode != 0
