@@ -596,8 +596,9 @@ def inspect_database(settings: Settings) -> dict[str, str]:
     """What ``flowdesk doctor`` reports about the open database:
     ``journal_mode`` (``wal``), ``synchronous`` (``OFF``/``NORMAL``/``FULL``/
     ``EXTRA``, as the connection applies it), ``missing``: the schema's
-    tables, indexes and triggers the file lacks although every schema file
-    is applied (``"table waits, index waits_run"``; ``""``: none; see
+    tables, columns, indexes and triggers the file lacks although every
+    schema file is applied (``"index waits_run, table waits"``; ``""``:
+    none; see
     :func:`~desktop_app.store.migrations.missing_objects`) and
     ``quick_check``: ``ok``, or
     SQLite's first problem followed by how many more it listed (``… (and 3

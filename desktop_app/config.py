@@ -229,6 +229,17 @@ class AgentSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
 
 
+def max_turns_variable(agent: str) -> str | None:
+    """The environment variable that sets agent ``agent``'s ``max_turns``
+    (``FLOWDESK_AGENTS__ASK__MAX_TURNS``), or ``None`` for a name no
+    variable can spell as the settings read it back (``digest-summary``:
+    a shell takes no ``-`` in a name, and upper-case letters would be read
+    as lower case)."""
+    if re.fullmatch(r"[a-z_][a-z0-9_]*", agent):
+        return f"FLOWDESK_AGENTS__{agent.upper()}__MAX_TURNS"
+    return None
+
+
 def max_turns(settings: Settings, agent: str) -> int:
     """The model turns a run of ``agent`` may take (``[agents.NAME] max_turns``,
     20 unless set)."""

@@ -57,3 +57,32 @@ def test_an_agent_answer_that_met_the_lock_prints_the_answer_again(tmp_path: Pat
         assert answered.returncode == 0, answered.stderr
         assert "Going." in answered.stdout
         assert server.requests[-1]["body"]["messages"][-1]["content"].endswith("yes")
+
+
+def test_an_answer_whose_commit_outcome_is_unknown_says_so_not_nothing_answered(
+    tmp_path: Path, capsys
+) -> None:
+    """An answer's own commit cut off (PostgreSQL's unknown outcome): the
+    answer may have landed, so the CLI does not say "nothing was answered";
+    it names `show` to find out and the same answer for when the run still
+    waits."""
+    from desktop_app.cli import Ctx, _handle
+    from desktop_app.cli.parser import build_parser
+    from desktop_app.errors import CommitUnknownError
+
+    db = tmp_path / "a.db"
+    argv = ["--db", str(db), "answer", "r1", "yes"]
+    ctx = Ctx(build_parser().parse_args(argv))
+
+    def cut_off(ctx: Ctx) -> int:
+        ctx.current_run, ctx.unanswered = "r1", "answer r1 yes --wait-id approve:0"
+        raise CommitUnknownError("postgresql://h/db", "42", "the server went away")
+
+    assert _handle(ctx, cut_off, argv) == 1
+    err = capsys.readouterr().err
+    assert "nothing was answered" not in err and "resume with" not in err, err
+    assert (
+        f"whether the answer was saved is unknown: `flowdesk --db {db} show r1` says whether "
+        "the run still waits for it; if it does, answer again with: "
+        f"flowdesk --db {db} answer r1 yes --wait-id approve:0"
+    ) in err, err

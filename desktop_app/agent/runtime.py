@@ -484,12 +484,15 @@ class Agent:
             raise RunStateError(f"agent run {run_id} is {run.status}; it cannot be resumed")
         if run.status == "failed" and run.error_type == "MaxTurns" and run.turns >= self.max_turns:
             # going on would end it again at once, asking the model nothing
+            from desktop_app.config import max_turns_variable
+
+            variable = max_turns_variable(run.agent)
             raise RunStateError(
                 f"agent run {run_id} took {run.turns} turns with no answer and may take "
                 f"{self.max_turns}; raise the agent's max_turns above {run.turns} to resume it "
-                f"(max_turns under [agents.{run.agent}] in the settings, "
-                f"FLOWDESK_AGENTS__{run.agent.upper()}__MAX_TURNS; Agent(max_turns=…) in a "
-                "program)"
+                f"(max_turns under [agents.{run.agent}] in the settings"
+                + (f", {variable}" if variable else "")
+                + "; Agent(max_turns=…) in a program)"
             )
         self._refuse_other_tools(run_id)
         self._claim(run)

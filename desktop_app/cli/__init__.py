@@ -358,7 +358,16 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
     except CommitUnknownError as exc:
         stop_progress()
         print(f"flowdesk: {exc}", file=sys.stderr)
-        if not _say_resume(ctx):
+        if ctx.unanswered is not None and ctx.current_run is not None:
+            # the answer's own commit: it may have landed, so no "nothing was answered"
+            run = ctx.current_run
+            print(
+                f"whether the answer was saved is unknown: `{ctx.hints.cmd(f'show {run}')}` "
+                f"says whether the run still waits for it; if it does, answer again with: "
+                f"{ctx.hints.cmd(ctx.unanswered)}",
+                file=sys.stderr,
+            )
+        elif not _say_resume(ctx):
             print(f"see what landed with: {ctx.hints.cmd('runs')}", file=sys.stderr)
         return EXIT_FAILED
     except DatabaseMissingError as exc:  # the hint with the user's --db and --scope

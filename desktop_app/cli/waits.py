@@ -29,7 +29,6 @@ approval of a tool call shows the exact call with its yes and no commands
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -537,13 +536,14 @@ def agent_next(hints: Hints, run: Any, *, no_stream: bool = False) -> str | None
         f"ask --resume {run.run_id} --no-stream" if no_stream else f"resume {run.run_id}"
     )
     if run.error_type == "MaxTurns":
-        from desktop_app.config import MAX_TURNS_CAP
+        from desktop_app.config import MAX_TURNS_CAP, max_turns_variable
 
         if run.turns >= MAX_TURNS_CAP:  # no limit takes it further: it is final
             return f"{MAX_TURNS_CAP:,} turns is the most a run may take: ask again, more narrowly"
         more = min(max(2 * run.turns, run.turns + 1), MAX_TURNS_CAP)
-        if re.fullmatch(r"[a-z_][a-z0-9_]*", run.agent):
-            return f"FLOWDESK_AGENTS__{run.agent.upper()}__MAX_TURNS={more} {again}"
+        variable = max_turns_variable(run.agent)
+        if variable is not None:
+            return f"{variable}={more} {again}"
         name = visible_controls(run.agent)
         return f"set max_turns = {more} under [agents.{name}] in the settings file, then `{again}`"
     if run.status != "rate_limited" or run.retry_at is None:
