@@ -141,3 +141,35 @@ async def test_escape_sequences_in_model_and_tool_text_are_shown_not_sent(
     assert f"result look{visible}" in shown  # its title, with the tool's name
     assert f"Done {visible}" in shown and f"item {visible}" in shown  # through Markdown
     assert "→ tool call look\\x1b" in shown
+
+
+async def test_a_run_of_hundreds_of_turns_shows_its_question_and_its_last_messages(
+    tmp_path: Path,
+) -> None:
+    """A run that looped for hundreds of turns (a tryout's 2,759) mounted a
+    widget per message and the app stopped answering for minutes: the first
+    message and the last 100 are shown, and a line counts those between."""
+    from desktop_app.app.widgets.conversation import SHOWN_LAST
+
+    looping: list[dict[str, Any]] = [{"role": "user", "content": "Find x"}]
+    for n in range(300):
+        looping += [
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": f"c{n}", "name": "nope", "arguments": {}}],
+            },
+            {"role": "tool", "content": "unknown tool", "name": "nope", "tool_call_id": f"c{n}"},
+        ]
+    app = make_app(tmp_path, looping)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await open_conversation(pilot)
+        view = app.screen.query_one(ConversationView)
+        assert len(view.kinds) == 1 + SHOWN_LAST == 101
+        (note,) = [str(w.render()) for w in view.query(".skipped")]
+        assert note == (
+            "… 500 messages (#2 to #501) not shown here: the app shows the first and the last 100"
+        )
+        titles = [str(w.render()) for w in view.query(".block-title")]
+        assert titles[0] == "#1 user" and titles[1].startswith("#502 ")
+        assert titles[-1] == "#601 tool result nope [call c299]"

@@ -60,6 +60,10 @@ def message_blocks(index: int, message: dict[str, Any], limit: int) -> list[Widg
     return [Vertical(*blocks, classes=f"block {kind}")]
 
 
+#: messages shown after a run's first one (its question); those between are counted
+SHOWN_LAST = 100
+
+
 class ConversationView(Vertical):
     """The messages of one agent run, as blocks (see the module docstring)."""
 
@@ -96,10 +100,26 @@ class ConversationView(Vertical):
     """
 
     async def show(self, messages: list[dict[str, Any]], limit: int) -> None:
-        """Replace the blocks with ``messages`` (content cut at ``limit`` characters)."""
+        """Replace the blocks with ``messages`` (content cut at ``limit``
+        characters): the first (the question) and the last
+        :data:`SHOWN_LAST`, with a line saying how many between them are not
+        shown (a run of hundreds of turns mounted thousands of widgets, and
+        the app stopped answering keys for minutes)."""
         await self.remove_children()
         widgets: list[Widget] = []
+        skipped = max(0, len(messages) - 1 - SHOWN_LAST)
         for i, message in enumerate(messages, 1):
+            if 1 < i <= 1 + skipped:
+                if i == 2:
+                    widgets.append(
+                        Static(
+                            f"… {skipped:,} messages (#2 to #{1 + skipped:,}) not shown here: "
+                            f"the app shows the first and the last {SHOWN_LAST:,}",
+                            classes="skipped",
+                            markup=False,
+                        )
+                    )
+                continue
             widgets.extend(message_blocks(i, message, limit))
         await self.mount_all(widgets)
 
