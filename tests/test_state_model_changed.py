@@ -44,6 +44,7 @@ def test_a_run_whose_state_no_longer_fits_says_so_and_what_to_change(tmp_path: P
     answered = flowdesk(db, "answer", run, "yes", env=INT)
     assert answered.returncode != 0
     assert "Nothing ran from it" in answered.stderr and "not resumed" not in answered.stderr
+    assert f"nothing was answered: run {run} still waits for it" in answered.stderr
     assert "earlier checkpoint" in answered.stderr  # revision 1: 0 is before it
     # the mend it names: a fork of that checkpoint giving the field a value that fits
     assert f"or fork this checkpoint ({run}:1) with 'name' changed to a value that fits" in (

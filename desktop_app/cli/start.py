@@ -32,6 +32,7 @@ from desktop_app.cli.output import EXIT_FAILED, EXIT_OK, step_listener
 from desktop_app.config import nearest_key
 from desktop_app.errors import (
     ENDED_RUN_STATUSES,
+    CheckpointDecodeError,
     ConfigError,
     DiskFullError,
     FlowdeskError,
@@ -354,6 +355,10 @@ def cmd_answer(ctx: Ctx) -> int:
         result = sv.engine.resume_with(ref.run_id, value, wait_id=wait_id, on_saved=saved)
     except DiskFullError:
         _say_if_unsaved(ctx, sv, run)
+        raise
+    except CheckpointDecodeError as exc:  # its state no longer fits: refused before the answer
+        if ctx.unanswered is not None:
+            exc.add_note(f"nothing was answered: run {run.run_id} still waits for it")
         raise
     except RunLeasedError as exc:  # another process took it between the read and the answer
         if exc.moved_to is not None:
