@@ -209,6 +209,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_state_codec.py",
         "tests/test_reliability_engine.py",
         "tests/test_mutation_kills_state.py",
+        # upgraded_state: a run moved onto a newer state model
+        "tests/test_mutation_kills_upgraded_state.py",
     ],
     "desktop_app/flow/tracing.py": [
         "tests/test_tracing.py",
