@@ -299,3 +299,53 @@ def test_a_replay_by_an_engine_that_executes_no_runs_is_saved_pending_for_a_work
         assert worker.resume_with(saved.run_id, "again").state.n == 1  # prep kept, not rerun
     finally:
         store.close()
+
+
+class Retyped(BaseModel):  # S with ``n`` changed to a list: the same field names
+    n: list[str] = []
+    answer: str | None = None
+
+
+def retyped_flow():
+    b = FlowBuilder("ctx", Retyped, version="1").step("prep", lambda s: {"n": [*s.n, "p"]})
+    return b.await_input("ok", "answer").chain().compile()
+
+
+def test_a_forks_changes_mend_a_stored_value_whose_type_changed(db_path):
+    """The fingerprint has the fields' names, not their types: a run stored
+    ``n: 1`` and its flow's model now wants a list, at the same version. A
+    fork whose changes give ``n`` a value that fits goes on (the changes
+    applied to the stored state before it is decoded); changes that do not
+    fit, a function (it needs a decoded state), a field the model lacks, or
+    no changes at all are refused as before, naming the checkpoint."""
+    import pytest
+
+    from desktop_app.errors import CheckpointDecodeError, InputError
+
+    clock = ManualClock()
+    store = open_store(db_path)
+    old = Engine(store, flows=[flow("1")], clock=clock)
+    waiting = old.run("ctx", S(), context=ExecutionContext(**IDS))
+    assert waiting.status == "waiting"
+    rev = store.latest(waiting.run_id).revision
+    cp = f"{waiting.run_id}:{rev}"
+    new = Engine(store, flows=[retyped_flow()], clock=clock)
+    assert new.flow("ctx").version == old.flow("ctx").version
+    try:
+        forked = new.fork(cp, {"n": ["7"]})
+        assert forked.status == "waiting"
+        assert new.get(forked.run_id) == Retyped(n=["7"])
+        assert store.latest(forked.run_id).state["n"] == ["7"]
+        for changes, field in (({"n": 5}, "n"), (lambda s: {"n": ["7"]}, "n")):
+            with pytest.raises(CheckpointDecodeError) as refused:
+                new.fork(cp, changes)
+            err = refused.value
+            assert (err.run_id, err.revision, err.field_path) == (waiting.run_id, rev, field)
+        with pytest.raises(InputError, match="has no field 'nn'"):
+            new.fork(cp, {"nn": ["7"]})
+        with pytest.raises(CheckpointDecodeError):
+            new.replay(cp)
+        assert [r.run_id for r in store.list_runs(flow_name="ctx")].count(waiting.run_id) == 1
+        assert len(store.list_runs(flow_name="ctx")) == 2  # the one fork that went on
+    finally:
+        store.close()
