@@ -1562,6 +1562,9 @@ class Engine:
             mutate: for a fork: a dict of field updates, or a function given
                 a copy of the state that returns updates or a new state. The
                 result is validated against the state model before anything runs.
+                A checkpoint whose stored state no longer decodes (a field's
+                type changed; the version has the fields' names only) takes a
+                dict's updates before it is decoded, so they can mend it.
             run_id: the new run's id (default: a new uuid).
 
         Raises:
