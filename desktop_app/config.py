@@ -244,7 +244,10 @@ def max_turns(settings: Settings, agent: str) -> int:
     """The model turns a run of ``agent`` may take (``[agents.NAME] max_turns``,
     20 unless set)."""
     own = settings.agents.get(agent)
-    return (own or AgentSettings()).max_turns
+    if own is not None:
+        return own.max_turns
+    # the field's default: AgentSettings() would read MAX_TURNS from the environment
+    return int(AgentSettings.model_fields["max_turns"].default)
 
 
 class PostgresSettings(BaseSettings):

@@ -57,3 +57,15 @@ def test_a_run_out_of_turns_resumes_with_the_printed_limit(tmp_path: Path) -> No
         assert len(server.requests) == 21  # one more turn, the 20 before not asked again
         done = run(db, "show", run_id, env=env)
         assert "done" in done.stdout and "Here it is." in done.stdout, done.stdout
+
+
+def test_a_stray_max_turns_variable_does_not_set_an_agents_limit(monkeypatch) -> None:
+    """Only ``[agents.NAME] max_turns`` (or ``FLOWDESK_AGENTS__NAME__MAX_TURNS``)
+    sets the limit: the default was read from a fresh ``AgentSettings()``,
+    which read an unrelated ``MAX_TURNS`` from the environment."""
+    from desktop_app.config import Settings, max_turns
+
+    monkeypatch.setenv("MAX_TURNS", "5")
+    assert max_turns(Settings(), "ask") == 20
+    monkeypatch.setenv("FLOWDESK_AGENTS__ASK__MAX_TURNS", "7")
+    assert max_turns(Settings(), "ask") == 7
