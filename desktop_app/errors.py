@@ -485,6 +485,12 @@ class DiskFullError(StoreError):
             )
         super().__init__(text)
 
+    def stopping_no_run(self, again: str) -> DiskFullError:
+        """The same error for a caller that was executing no run (opening a
+        store, a delivery pass), ending with ``again``: what follows once
+        space is free, in words."""
+        return DiskFullError(self.where, self.needed_bytes, paused=False, again=again)
+
     def for_command(
         self, then: str, *, paused: bool, unsaved: str | None = None, queued: str | None = None
     ) -> DiskFullError:
@@ -929,7 +935,8 @@ class CheckpointDecodeError(FlowdeskError):
     ``mendable``: the stored value of a field the model still has no longer
     fits its type; a fork of this very checkpoint that gives the field a
     new value goes on from it (``Engine.fork`` applies a dict of changes to
-    the stored state before decoding it), and the message says so.
+    the stored state before decoding it), and the message says so: that
+    clause is :attr:`mend` (``""`` when not mendable).
     ``advice``: what to do instead of those (the message's last clause).
     """
 
@@ -947,17 +954,17 @@ class CheckpointDecodeError(FlowdeskError):
         self.revision = revision
         self.field_path = field_path
         self.reason = reason
-        self.mendable = mendable
         where = f" at field {field_path!r}" if field_path else ""
         earlier = ", or replay or fork the run from an earlier checkpoint" if revision else ""
         top = field_path.split(".")[0]
-        mend = (
-            f"; or fork this checkpoint ({run_id}:{revision}) with {top!r} changed to a value "
+        self.mend = (
+            f"fork this checkpoint ({run_id}:{revision}) with {top!r} changed to a value "
             "that fits (`flowdesk fork` with `--changes`, `Engine.fork` with a dict)"
             if mendable and top
             else ""
         )
         if advice is None:
+            mend = f"; or {self.mend}" if self.mend else ""
             advice = f"change the model back to what the run stored{earlier}{mend}"
         super().__init__(
             f"checkpoint of run {run_id} revision {revision} cannot be decoded{where}: "

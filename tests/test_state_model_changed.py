@@ -36,10 +36,12 @@ def test_a_run_whose_state_no_longer_fits_says_so_and_what_to_change(tmp_path: P
     assert (
         "waiting: its stored state no longer fits flow 'typed''s state model at field 'name' ("
     ) in shown.stdout, shown.stdout
-    assert "change the model back to what the run stored (or fork checkpoint " in shown.stdout
-    assert f"{run}:1 giving 'name' a value that fits, with `fork --changes`); then the " in (
-        shown.stdout
-    ), shown.stdout
+    # the mend the refusal names, in the same words
+    assert (
+        f"change the model back to what the run stored (or fork this checkpoint ({run}:1) with "
+        "'name' changed to a value that fits (`flowdesk fork` with `--changes`, `Engine.fork` "
+        "with a dict)); then the commands below move it on"
+    ) in shown.stdout, shown.stdout
 
     answered = flowdesk(db, "answer", run, "yes", env=INT)
     assert answered.returncode != 0

@@ -263,11 +263,16 @@ def answer_commands(run_id: str, wait_id: str) -> tuple[str, str]:
     :attr:`ApprovalRequest.key`): each carries ``--wait-id``
     (:func:`short_wait_id`), so an answer typed after someone else answered
     is refused instead of deciding the run's next call."""
+    return approval_command(run_id, wait_id, "yes"), approval_command(run_id, wait_id, "no")
+
+
+def approval_command(run_id: str, wait_id: str, answer: str) -> str:
+    """The ``flowdesk`` command line (for ``Hints.cmd``) that gives the call
+    agent run ``run_id`` waits on, ``wait_id``, the answer ``answer``
+    (``yes``, ``no``, or as a person typed it): ``answer RUN ANSWER
+    --wait-id ID`` (:func:`short_wait_id`)."""
     which = shell_quote(short_wait_id(wait_id))
-    return (
-        f"answer {run_id} yes --wait-id {which}",
-        f"answer {run_id} no --wait-id {which}",
-    )
+    return f"answer {run_id} {shell_quote(answer)} --wait-id {which}"
 
 
 def ask_command(run_id: str, wait_id: str | None, answer: str | None = None) -> str:

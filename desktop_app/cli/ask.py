@@ -453,11 +453,10 @@ def _answer_again(run: Any, answer: str, wait_id: str | None) -> str:
     ``answer`` again, pinned to ``wait_id``: ``answer RUN yes --wait-id …``
     for a tool call's approval, ``ask --resume RUN --answer TEXT --wait-id
     …`` for a question (as ``waiting`` prints them)."""
-    from desktop_app.agent.approvals import ask_command, short_wait_id
+    from desktop_app.agent.approvals import approval_command, ask_command, pending_approval
 
-    if wait_id is not None and "approval" in (run.pending_call or {}):
-        pin = shell_quote(short_wait_id(wait_id))
-        return f"answer {run.run_id} {shell_quote(answer)} --wait-id {pin}"
+    if wait_id is not None and pending_approval(run.pending_call) is not None:
+        return approval_command(run.run_id, wait_id, answer)
     return ask_command(run.run_id, wait_id, answer)
 
 

@@ -972,13 +972,7 @@ def state_misfit(sv: Services, run: Any, cp: Any) -> str | None:
         load_state(flow.state_type, cp.state, run.run_id, cp.revision)
     except CheckpointDecodeError as exc:
         where = f" at field {exc.field_path!r}" if exc.field_path else ""
-        top = exc.field_path.split(".")[0]
-        mend = (
-            f" (or fork checkpoint {run.run_id}:{cp.revision} giving {top!r} a value that "
-            "fits, with `fork --changes`)"
-            if exc.mendable and top
-            else ""
-        )
+        mend = f" (or {exc.mend})" if exc.mend else ""
         return (
             f"its stored state no longer fits flow {run.flow_name!r}'s state model{where} "
             f"({_clip(exc.reason, 200)}): change the model back to what the run stored{mend}"

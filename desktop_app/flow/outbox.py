@@ -377,7 +377,7 @@ class Dispatcher:
             with self._renewing():
                 return sum(self._deliver(intent) for intent in claimed)
         except DiskFullError as exc:  # its words are a run's: no run stopped here
-            raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_AGAIN) from exc
+            raise exc.stopping_no_run(_AGAIN) from exc
 
     def _deliver(self, intent: Intent) -> int:
         # every mark is compared and set on the status this dispatcher last

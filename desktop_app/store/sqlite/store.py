@@ -1636,17 +1636,10 @@ def open_store(
             vfs=vfs,
             write_gate=write_gate,
         )
+        try:
+            return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)
+        except BaseException:
+            conn.close()
+            raise
     except DiskFullError as exc:  # its words are a run's: nothing ran yet
-        raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_OPEN_AGAIN) from exc
-    try:
-        return SqliteCheckpointStore(conn, scope=scope, path=str(Path(path)), clock=clock)
-    except DiskFullError as exc:
-        conn.close()
-        raise DiskFullError(exc.where, exc.needed_bytes, paused=False, again=_OPEN_AGAIN) from exc
-    except BaseException:
-        conn.close()
-        raise
-
-
-#: what follows once a full disk that stopped opening a store has space again
-_OPEN_AGAIN = "open it again"
+        raise exc.stopping_no_run("open it again") from exc
