@@ -126,9 +126,13 @@ def launch(
 
 
 def exit_code(done: Path, timeout: float = 20) -> str:
-    """The app's exit code once it has quit."""
+    """The app's exit code once it has quit (the shell's ``echo $? > done``
+    creates the file before it writes the code: an empty file is not yet
+    the code, so it is read again until it holds one)."""
     deadline = time.monotonic() + timeout
-    while not done.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        if done.exists() and (code := done.read_text().strip()):
+            return code
         time.sleep(0.2)
     assert done.exists(), "the app did not quit"
     return done.read_text().strip()
