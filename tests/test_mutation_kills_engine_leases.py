@@ -510,3 +510,58 @@ def test_a_run_tracked_while_the_idle_heartbeat_checks_again_keeps_its_heartbeat
         gate.resume.set()
         second.finish()
         ticks.set()
+
+
+def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_run_beats_again(
+    db_path, caplog
+):
+    """Not a store's error (those put runs in doubt after the TTL): the
+    heartbeat cannot go on, so the runs it can no longer renew stop before
+    committing more, the log says which and why, and the engine's next run
+    gets a heartbeat of its own."""
+    clock = ManualClock()
+    a, b = Blocker(), Blocker()
+    engine = engine_for(db_path, blocking_flow("a", a), blocking_flow("b", b), clock=clock)
+    ticks = ticking(engine)
+    renew = engine.store.renew
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a defect in renew")
+
+    first = Driving(engine, "a", a, "ra")
+    try:
+        ticks.waiting()
+        (beat,) = set(ticks.threads)
+        engine.store.renew = broken  # type: ignore[method-assign]
+        caplog.set_level("DEBUG", logger="desktop_app.flow.engine")
+        clock.advance(5.0)
+        ticks._go.release()  # one round: it fails and the heartbeat ends
+        beat.join(LIMIT)
+        assert not beat.is_alive()
+        assert engine.lost == {"ra"}  # stopped at once, not after the TTL
+        (said,) = [r for r in caplog.records if r.name == "desktop_app.flow.engine"]
+        assert said.levelname == "ERROR"
+        assert said.getMessage() == (
+            "the lease heartbeat failed; the runs executing here stop before "
+            "committing more (resume them): ra"
+        )
+        assert said.exc_info is not None and said.exc_info[0] is ZeroDivisionError
+    finally:
+        engine.store.renew = renew  # type: ignore[method-assign]
+        with pytest.raises(LeaseLostError):  # its step's save is refused: nothing saved
+            first.finish()
+    assert engine.store.latest("ra").state["n"] == 0
+    second = Driving(engine, "b", b, "rb")  # a new heartbeat for the next run
+    try:
+        ticks.waiting()
+        assert len(set(ticks.threads)) == 2
+        t = clock.now()
+        clock.advance(3.0)
+        ticks.tick()
+        assert engine.store.get_run("rb").lease_expires_at == t + 3.0 + 30.0
+    finally:
+        assert second.finish().status == "completed"
+        ticks.set()
+    a.release.set()
+    again = engine.resume("ra")  # the stopped run resumes on this same engine
+    assert (again.status, again.state.n) == ("completed", 11)

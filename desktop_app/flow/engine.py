@@ -438,7 +438,16 @@ class Engine:
 
     def _renew_leases(self) -> None:
         """The heartbeat thread: :meth:`renew_leases` every ``lease_ttl_s / 3``
-        seconds while any run executes here."""
+        seconds while any run executes here.
+
+        A store's own errors (a busy or closed store, an unreachable server:
+        ``FlowdeskError``) put the runs in doubt once ``lease_ttl_s`` passed
+        (:meth:`renew_leases`). Any other exception is a defect the heartbeat
+        cannot ride out: it logs it at ERROR with its traceback, puts every
+        run executing here into :attr:`lost` at once (their leases would
+        expire while they went on, and another owner may take them: they
+        stop before committing more, resumable) and ends; the next run this
+        engine executes starts a new heartbeat."""
         interval = max(0.05, self.lease_ttl_s / 3)
         # not ended by ``shutdown_event``: a run whose step is in flight when
         # the engine stops keeps its lease until that step ends (``stop``)
@@ -449,10 +458,17 @@ class Engine:
                     return
             try:
                 self.renew_leases()
-            except Exception:  # a store closed under a run still executing: its lease expires
-                log.debug("lease heartbeat stopped", exc_info=True)
+            except Exception:
                 with self._lock:
                     self._heartbeat = None
+                    stranded = sorted(self.active)
+                    self.lost.update(stranded)
+                log.error(
+                    "the lease heartbeat failed; the runs executing here stop before "
+                    "committing more (resume them): %s",
+                    ", ".join(stranded) or "none",
+                    exc_info=True,
+                )
                 return
 
     def renew_leases(self) -> None:
