@@ -520,8 +520,9 @@ def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_
     committing more, the log says which and why, and the engine's next run
     gets a heartbeat of its own."""
     clock = ManualClock()
-    a, b = Blocker(), Blocker()
-    engine = engine_for(db_path, blocking_flow("a", a), blocking_flow("b", b), clock=clock)
+    a, b, c = Blocker(), Blocker(), Blocker()
+    flows = (blocking_flow("a", a), blocking_flow("b", b), blocking_flow("c", c))
+    engine = engine_for(db_path, *flows, clock=clock)
     ticks = ticking(engine)
     renew = engine.store.renew
 
@@ -529,6 +530,7 @@ def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_
         raise ZeroDivisionError("a defect in renew")
 
     first = Driving(engine, "a", a, "ra")
+    second = Driving(engine, "b", b, "rb")
     try:
         ticks.waiting()
         (beat,) = set(ticks.threads)
@@ -538,30 +540,54 @@ def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_
         ticks._go.release()  # one round: it fails and the heartbeat ends
         beat.join(LIMIT)
         assert not beat.is_alive()
-        assert engine.lost == {"ra"}  # stopped at once, not after the TTL
+        assert engine.lost == {"ra", "rb"}  # stopped at once, not after the TTL
         (said,) = [r for r in caplog.records if r.name == "desktop_app.flow.engine"]
         assert said.levelname == "ERROR"
         assert said.getMessage() == (
             "the lease heartbeat failed; the runs executing here stop before "
-            "committing more (resume them): ra"
+            "committing more (resume them): ra, rb"
         )
         assert said.exc_info is not None and said.exc_info[0] is ZeroDivisionError
     finally:
         engine.store.renew = renew  # type: ignore[method-assign]
-        with pytest.raises(LeaseLostError):  # its step's save is refused: nothing saved
-            first.finish()
+        for driving in (first, second):
+            with pytest.raises(LeaseLostError):  # its step's save is refused: nothing saved
+                driving.finish()
     assert engine.store.latest("ra").state["n"] == 0
-    second = Driving(engine, "b", b, "rb")  # a new heartbeat for the next run
+    third = Driving(engine, "c", c, "rc")  # a new heartbeat for the next run
     try:
         ticks.waiting()
         assert len(set(ticks.threads)) == 2
         t = clock.now()
         clock.advance(3.0)
         ticks.tick()
-        assert engine.store.get_run("rb").lease_expires_at == t + 3.0 + 30.0
+        assert engine.store.get_run("rc").lease_expires_at == t + 3.0 + 30.0
+    finally:
+        assert third.finish().status == "completed"
+        ticks.set()
+    again = engine.resume("ra")  # a stopped run resumes on this same engine
+    assert (again.status, again.state.n) == ("completed", 11)
+
+
+def test_a_heartbeat_that_ended_for_want_of_runs_is_started_again_by_the_next_run(db_path):
+    clock = ManualClock()
+    a, b = Blocker(), Blocker()
+    engine = engine_for(db_path, blocking_flow("a", a), blocking_flow("b", b), clock=clock)
+    ticks = ticking(engine)
+    assert Driving(engine, "a", a, "ra").finish().status == "completed"
+    ticks.waiting()
+    (beat,) = set(ticks.threads)
+    ticks._go.release()  # no run executes: the heartbeat ends
+    beat.join(LIMIT)
+    assert not beat.is_alive()
+    second = Driving(engine, "b", b, "rb")
+    try:
+        ticks.waiting()
+        assert len(set(ticks.threads)) == 2
+        t = clock.now()
+        clock.advance(4.0)
+        ticks.tick()
+        assert engine.store.get_run("rb").lease_expires_at == t + 4.0 + 30.0
     finally:
         assert second.finish().status == "completed"
         ticks.set()
-    a.release.set()
-    again = engine.resume("ra")  # the stopped run resumes on this same engine
-    assert (again.status, again.state.n) == ("completed", 11)

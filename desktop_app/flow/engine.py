@@ -466,7 +466,7 @@ class Engine:
                 log.error(
                     "the lease heartbeat failed; the runs executing here stop before "
                     "committing more (resume them): %s",
-                    ", ".join(stranded) or "none",
+                    ", ".join(stranded),
                     exc_info=True,
                 )
                 return
