@@ -10,6 +10,7 @@ import pytest
 from desktop_app.errors import (
     SchemaChecksumError,
     SchemaMissingError,
+    SchemaRecordsLostError,
     SchemaTooNewError,
     StoreError,
 )
@@ -432,3 +433,73 @@ def test_a_role_that_cannot_read_the_ledger_is_told_it_lacks_a_privilege(pg_empt
         with psycopg.connect(pg_empty_url, autocommit=True) as admin:
             admin.execute(f"DROP OWNED BY {role}")
             admin.execute(f"DROP ROLE {role}")
+
+
+# -- what doctor checks: the applied schema's objects and its own records --
+
+
+def _applied(path: Path):
+    conn = open_connection(path)
+    migrations.apply(conn)
+    return conn
+
+
+def test_missing_objects_is_empty_on_a_whole_schema_and_names_each_lost_object(tmp_path: Path):
+    conn = _applied(tmp_path / "f.db")
+    try:
+        assert migrations.missing_objects(conn) == []
+        conn.execute("DROP TRIGGER runs_delete_checkpoints")
+        conn.execute("DROP INDEX waits_deadline")
+        conn.execute("ALTER TABLE digest_files DROP COLUMN kind")
+        assert migrations.missing_objects(conn) == [
+            "column digest_files.kind",
+            "index waits_deadline",
+            "trigger runs_delete_checkpoints",
+        ]
+        conn.execute("DROP TABLE waits")  # its indexes go with it; no column of it is named
+        lost = migrations.missing_objects(conn)
+        assert "table waits" in lost and "index waits_run" in lost
+        assert not [x for x in lost if x.startswith("column waits.")]
+        assert lost == sorted(lost)
+    finally:
+        conn.close()
+
+
+def test_missing_objects_says_nothing_while_a_schema_file_is_pending(tmp_path: Path):
+    """A file not applied yet is `db apply`'s to create (status reports it),
+    not a lost object."""
+    conn = open_connection(tmp_path / "p.db")
+    try:
+        migrations.apply(conn, migrations.schema_files()[:-1])
+        assert migrations.missing_objects(conn) == []
+    finally:
+        conn.close()
+
+
+def test_the_schema_records_dropped_from_flowdesk_tables_is_named_not_read_as_empty(
+    tmp_path: Path,
+):
+    conn = _applied(tmp_path / "f.db")
+    try:
+        conn.execute(f"DROP TABLE {migrations.LEDGER}")
+        for db, named in (("", "the database holds"), ("/d/f.db", "the database /d/f.db holds")):
+            with pytest.raises(SchemaRecordsLostError) as err:
+                migrations.missing_objects(conn) if not db else migrations.verify(conn, db=db)
+            said = str(err.value)
+            assert said.startswith(f"{named} Flowdesk's tables but not its record of the schema")
+            assert f"(table {migrations.LEDGER}): it was dropped outside Flowdesk" in said
+            assert said.endswith("nothing was changed")
+        with pytest.raises(SchemaRecordsLostError):
+            migrations.apply(conn)
+        assert conn.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+    finally:
+        conn.close()
+
+
+def test_an_empty_file_has_no_records_and_every_file_pending(tmp_path: Path):
+    conn = open_connection(tmp_path / "e.db")
+    try:
+        assert {s.state for s in migrations.status(conn)} == {"pending"}
+        assert migrations.missing_objects(conn) == []
+    finally:
+        conn.close()
