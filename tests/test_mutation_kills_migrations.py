@@ -488,7 +488,10 @@ def test_the_schema_records_dropped_from_flowdesk_tables_is_named_not_read_as_em
             said = str(err.value)
             assert said.startswith(f"{named} Flowdesk's tables but not its record of the schema")
             assert f"(table {migrations.LEDGER}): it was dropped outside Flowdesk" in said
-            assert said.endswith("nothing was changed")
+            assert said.endswith(
+                "Restore the file from a backup (stop every Flowdesk process using it "
+                "first); nothing was changed"
+            )
         with pytest.raises(SchemaRecordsLostError):
             migrations.apply(conn)
         assert conn.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]

@@ -138,9 +138,9 @@ def schema_files(root: Traversable | None = None, dialect: Dialect = "sqlite") -
     return out
 
 
-def _ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
+def _ledger(conn: Any, db: str) -> dict[str, tuple[str, float]]:
     if dialect_of(conn) == "postgres":
-        return _pg_ledger(conn, db)
+        return _pg_ledger(conn)
     exists = conn.execute(
         "SELECT 1 FROM sqlite_schema WHERE type='table' AND name=?", (LEDGER,)
     ).fetchall()
@@ -159,7 +159,10 @@ def _ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
 
 
-def _pg_ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
+def _pg_ledger(conn: Any) -> dict[str, tuple[str, float]]:
+    """The ledger's rows on PostgreSQL, ``{}`` before the schema exists. A
+    refused privilege here is on a schema that exists (``to_regclass`` of a
+    missing one is NULL), whose error names the grants, not a ``--db``."""
     import psycopg
 
     try:
@@ -172,7 +175,7 @@ def _pg_ledger(conn: Any, db: str = "") -> dict[str, tuple[str, float]]:
                 f"FROM {PG_SCHEMA}.{LEDGER}"
             ).fetchall()
     except psycopg.Error as exc:
-        raise _pg_error(exc, conn, db) from exc
+        raise _pg_error(exc, conn) from exc
     return {f"{c}/{n}": (str(s), float(a)) for c, n, s, a in rows}
 
 
