@@ -642,8 +642,9 @@ def describe_holder(lock_path: Path) -> str | None:
     dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     for line in table.splitlines():
         fields = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"; waiters have a "->"
-        if len(fields) < 6 or fields[1] != "FLOCK" or "->" in line:
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF"; a waiter's line
+        # is "1: -> FLOCK ...", so its second field is not FLOCK either
+        if len(fields) < 6 or fields[1] != "FLOCK":
             continue
         if fields[5] != dev or not fields[4].isdigit():
             continue
