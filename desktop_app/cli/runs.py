@@ -1665,6 +1665,7 @@ def cmd_undo(ctx: Ctx) -> int:
     the run moved nothing)."""
     from desktop_app.flows.tidy_undo import (
         NothingToUndo,
+        UndoneElsewhere,
         UndoUnderWay,
         undo_summary,
         undo_tidy_run,
@@ -1676,6 +1677,10 @@ def cmd_undo(ctx: Ctx) -> int:
     again = ctx.hints.cmd(f"undo {ref.run_id}")
     try:
         report = undo_tidy_run(sv.checkpoints, ref.run_id, wait_s=ctx.args.wait)
+    except UndoneElsewhere as exc:  # its moves are made there: the undo that works
+        there = ctx.hints.cmd(f"undo {ref.run_id}", db=exc.moved_to)
+        print(f"flowdesk: {exc}\nundo it there: {there}", file=sys.stderr)
+        return EXIT_FAILED
     except UndoUnderWay as exc:  # the other undo moves the files: the command for after it
         print(f"flowdesk: {exc} (`{again}`)", file=sys.stderr)
         return EXIT_FAILED

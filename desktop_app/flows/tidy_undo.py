@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from desktop_app.errors import FlowdeskError, InputError
+from desktop_app.errors import moved_to as moved_to_of
 from desktop_app.flow.owners import holding, new_owner
 from desktop_app.flows.confined import (
     DESTINATION_EXISTS,
@@ -398,6 +399,7 @@ def undo_tidy_run(store: CheckpointStore, run_id: str, *, wait_s: float = 30.0) 
             ``wait_s`` seconds (nothing was moved back by this one).
         CheckpointNotFoundError: no such run.
         InputError: not a tidy run, no undo list yet, or the list is unreadable.
+        UndoneElsewhere: ``db copy`` moved its queued moves to another database.
         NothingToUndo: it ended having moved nothing.
     """
     undo_list = undo_list_of(store, run_id)
@@ -628,6 +630,27 @@ def _rmdir_if_empty(dir_fd: int, name: str, shown: Path, left: list[str]) -> str
     return "removed"
 
 
+class UndoneElsewhere(InputError):
+    """The run, or its queued moves, were moved to another database by
+    ``flowdesk db copy``: a dispatcher there makes them, and the undo runs
+    there (this file does not see what that database's dispatcher made).
+    Nothing was moved back or withdrawn here.
+
+    Attributes:
+        run_id: the tidy run.
+        moved_to: the database it moved to (``postgresql://host/db``, no
+            password), the ``--db`` of the undo that works.
+    """
+
+    def __init__(self, run_id: str, moved_to: str) -> None:
+        self.run_id, self.moved_to = run_id, moved_to
+        super().__init__(
+            f"run {run_id}'s queued moves were moved to {moved_to} by flowdesk db copy: a "
+            "dispatcher there makes them, so it is undone there; nothing was moved back or "
+            "withdrawn here"
+        )
+
+
 class NothingToUndo(InputError):
     """A tidy run ended having moved nothing: its undo is done already
     (``flowdesk undo`` says so and exits 0)."""
@@ -643,6 +666,8 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
         CheckpointNotFoundError: no such run.
         InputError: it is not a tidy run, or it has no undo list yet (it
             waits for approval, or has not reached its ``undo`` step).
+        UndoneElsewhere: ``db copy`` moved the run or its queued moves to
+            another database (an ``InputError``).
         NothingToUndo: it ended having moved nothing (an ``InputError``).
     """
     run = store.get_run(run_id)
@@ -650,6 +675,11 @@ def undo_list_of(store: CheckpointStore, run_id: str) -> Path | None:
         raise InputError(
             f"run {run_id} is a run of flow {run.flow_name!r}, not a tidy run; nothing to undo"
         )
+    where = moved_to_of(run.lease_owner) or next(
+        (i.moved_to for i in store.open_intents(run_id) if i.moved_to), None
+    )
+    if where is not None:
+        raise UndoneElsewhere(run_id, where)
     latest = store.latest(run_id)
     path = None if latest is None else own_undo_list(latest.state.get("undo_path"), run_id)
     if path is not None:

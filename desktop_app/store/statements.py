@@ -229,24 +229,29 @@ class Statements:
             f"UPDATE outbox SET last_error={p}, claimed_by=NULL, claim_expires_at=NULL "
             f"WHERE intent_id={p} AND claimed_by={p} AND status='sending'"
         )
+        # none of these counts those db copy moved (claimed for ever by
+        # "moved to URL", also one `sending` whose process had died): the
+        # database they moved to delivers them, and no process of this one
+        # makes them (a file's runs list and show no longer count them queued,
+        # being made or unknown there)
+        not_moved = (
+            f"(o.claimed_by IS NULL OR substr(o.claimed_by, 1, {len(MOVED_PREFIX)}) <> "
+            f"'{MOVED_PREFIX}')"
+        )
         self.sending_by_run = (
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
-            f"WHERE o.status='sending' AND r.scope={p} GROUP BY o.run_id"
+            f"WHERE o.status='sending' AND r.scope={p} AND {not_moved} GROUP BY o.run_id"
         )
         # a run's intents `sending`, with who claims each (show: being made, or unknown)
         self.sending_claims_of_run = (
             f"SELECT o.intent_id, o.claimed_by, {e('o.claim_expires_at')} FROM outbox o "
             f"JOIN runs r ON r.run_id=o.run_id WHERE o.run_id={p} AND r.scope={p} "
-            "AND o.status='sending' ORDER BY o.created_at, o.intent_id"
+            f"AND o.status='sending' AND {not_moved} ORDER BY o.created_at, o.intent_id"
         )
-        # not those db copy moved (claimed for ever by "moved to URL"): the
-        # database they moved to delivers them (a file's runs list no longer
-        # counts them queued there)
         self.undelivered_by_run = (
             "SELECT o.run_id, count(*) FROM outbox o JOIN runs r ON r.run_id=o.run_id "
             f"WHERE o.status IN ('pending','sending') AND r.scope={p} "
-            f"AND (o.claimed_by IS NULL OR substr(o.claimed_by, 1, {len(MOVED_PREFIX)}) <> "
-            f"'{MOVED_PREFIX}') GROUP BY o.run_id"
+            f"AND {not_moved} GROUP BY o.run_id"
         )
         # -- agent runs ----------------------------------------------------------
         self.agent_columns = (
