@@ -7,7 +7,8 @@ was counted as made by a live dispatcher named "moved to …". And ``undo``
 on the file moved back the files PostgreSQL's dispatcher had moved, then
 printed an ``undo`` that failed the same way for ever. The file now counts
 that move with the others it moved, and refuses ``undo`` with the command
-that undoes the run where its moves are made; run as printed, it works."""
+that undoes the run where its moves are made; run as printed, it works.
+There, ``show`` says a worker makes them (the app does not on PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,9 @@ def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there
     finally:
         store.close()
 
+    said = flowdesk(db, "show", run_id).stdout  # the app delivers them on the file
+    assert "a running flowdesk agent or the app does on its own" in said, said
+
     copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url)
     assert copied.returncode == 0, copied.stderr
     assert "marked 12 queued side effects" in copied.stdout, copied.stdout
@@ -60,6 +64,9 @@ def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there
     assert shown.returncode == 0, shown.stderr
     assert "being moved now" not in shown.stdout and "being made" not in shown.stdout
     assert "moved to postgresql://" in shown.stdout, shown.stdout
+
+    said = flowdesk(pg_url, "show", run_id).stdout  # on PostgreSQL the workers alone do
+    assert "as a running flowdesk agent does on its own" in said, said
 
     undone = flowdesk(db, "undo", run_id)
     assert undone.returncode == 1, undone.stdout + undone.stderr

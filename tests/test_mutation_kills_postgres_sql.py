@@ -81,14 +81,16 @@ CASES = [
         StoreError,
         "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 26000): --db goes "
         "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
-        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). The transaction it failed in wrote '
+        "nothing (what committed before it stays).",
     ),
     (
         "42P05",
         StoreError,
         "PostgreSQL lost track of a prepared statement ({w}) (SQLSTATE 42P05): --db goes "
         "through a transaction-mode pooler (PgBouncer); set postgres.pooler = "
-        '"transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.',
+        '"transaction" (FLOWDESK_POSTGRES__POOLER). The transaction it failed in wrote '
+        "nothing (what committed before it stays).",
     ),
     (
         "3D000",

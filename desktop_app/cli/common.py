@@ -206,15 +206,20 @@ class Ctx:
             return f"resume {self.current_run}", self._continue_it()
         return self.continue_with or "resume --all", "to continue"
 
+    @property
+    def on_postgres(self) -> bool:
+        """Whether ``--db`` (or the settings) names a PostgreSQL database."""
+        from desktop_app.bootstrap import parse_database
+
+        return parse_database(self.settings.db_path).backend == "postgres"
+
     def _continue_it(self) -> str:
         """What ``resume RUN`` does for the run a stop cut off: on
         PostgreSQL a running worker (``flowdesk agent``) takes an
         interrupted run over on its own, within a second, and the resume
         then finds it held: said, so the refusal is not a surprise (a team
         tryout)."""
-        from desktop_app.bootstrap import parse_database
-
-        if parse_database(self.settings.db_path).backend != "postgres":
+        if not self.on_postgres:
             return "to continue"
         return (
             "to continue it here if no worker has taken it over (a `flowdesk agent` running "

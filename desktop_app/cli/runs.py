@@ -348,10 +348,10 @@ def delivery_lines(
                     "and makes only what was not"
                 )
                 does = "settles them now"
-            lines.append(
-                f"{said}: {ctx.hints.cmd('resume --all')} {does}, "
-                "as a running flowdesk agent or the app does on its own"
-            )
+            # on PostgreSQL the app leaves delivery to the workers
+            who = "a running flowdesk agent" + ("" if ctx.on_postgres else " or the app")
+            resume = ctx.hints.cmd("resume --all")
+            lines.append(f"{said}: {resume} {does}, as {who} does on its own")
     theirs = [i for i in unsent if i.destination not in BUILTIN_DESTINATIONS]
     if theirs:
         names = sorted({i.destination for i in theirs})

@@ -200,7 +200,8 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
         return StoreError(
             f"PostgreSQL lost track of a prepared statement{at} (SQLSTATE {code}): --db "
             "goes through a transaction-mode pooler (PgBouncer); set "
-            'postgres.pooler = "transaction" (FLOWDESK_POSTGRES__POOLER). Nothing was written.'
+            'postgres.pooler = "transaction" (FLOWDESK_POSTGRES__POOLER). The transaction it '
+            "failed in wrote nothing (what committed before it stays)."
         )
     if code == "3D000" or code.startswith("28"):
         return DatabaseOpenError(
