@@ -239,3 +239,43 @@ def test_copy_listings_export_and_doctor_through_pgbouncer(pg_url, bouncer, db_p
     finally:
         store.close()
     assert advisory_locks(pg_url) == 0
+
+
+def test_doctor_warns_of_a_pooler_the_setting_does_not_name(pg_url, bouncer):
+    """A team tryout: `doctor --db` on the bouncer's URL said every check
+    `ok`, and a worker started there without `postgres.pooler` held its
+    liveness lock on a pooled server connection. Doctor compares the port
+    the server listens on with the one `--db` reaches: through the bouncer
+    without the setting it warns, naming both and the setting; with the
+    setting, or directly, the check is `ok`."""
+    from urllib.parse import urlsplit
+
+    via = bouncer.url(pg_url)
+
+    def pooler_check(url: str, env: dict[str, str] | None = None) -> dict[str, str]:
+        # its exit status is 1 (the throwaway server runs with fsync=off)
+        ((_code, out),) = finish([spawn("--db", url, "doctor", "--json", env=env)])
+        doc = json.loads(out[out.index("{") :])
+        (check,) = [c for c in doc["checks"] if c["check"] == "pooler"]
+        return check
+
+    warned = pooler_check(via)
+    assert warned["status"] == "warn", warned
+    server, reached = urlsplit(pg_url).port, urlsplit(via).port
+    assert warned["detail"] == (
+        f"--db reaches port {reached}, the server listens on {server}: if that is a "
+        'transaction-mode pooler (PgBouncer), set postgres.pooler = "transaction" '
+        "(FLOWDESK_POSTGRES__POOLER=transaction) on every machine using it; a port "
+        "forward or a proxy needs nothing"
+    )
+    named = pooler_check(via, env={"FLOWDESK_POSTGRES__POOLER": "transaction"})
+    assert named == {
+        "check": "pooler",
+        "status": "ok",
+        "detail": 'transaction (postgres.pooler = "transaction")',
+    }
+    assert pooler_check(pg_url) == {
+        "check": "pooler",
+        "status": "ok",
+        "detail": "none (the server's own port)",
+    }

@@ -233,7 +233,8 @@ def cmd_doctor(ctx: Ctx) -> int:
     if database.backend == "postgres":
         from desktop_app.store.postgres.doctor import postgres_checks
 
-        for ok, what, detail in postgres_checks(database.url):
+        pooler = ctx.settings.postgres.pooler
+        for ok, what, detail in postgres_checks(database.url, pooler=pooler):
             line(ok, what, detail)
         path = Path.home()  # the free-disk check below is this machine's
     else:

@@ -28,12 +28,36 @@ def _setting(conn: psycopg.Connection[Any], name: str) -> str:
     return "" if row is None or row[0] is None else str(row[0])
 
 
-def postgres_checks(url: str, *, workers: int = 0) -> list[Check]:
+def _pooler_check(conn: psycopg.Connection[Any], pooler: str) -> Check:
+    """Whether ``--db`` may go through a transaction-mode pooler the
+    ``postgres.pooler`` setting does not name: the port the server listens
+    on (``inet_server_port()``) is not the one the connection reached (a
+    pooler such as PgBouncer listens on its own). A warning only: a port
+    forward or a proxy differs the same way, and needs no setting."""
+    row = conn.execute("SELECT inet_server_port()").fetchone()
+    server = None if row is None or row[0] is None else int(row[0])  # NULL: a Unix socket
+    reached = conn.info.port
+    if pooler == "transaction":
+        return (True, "pooler", 'transaction (postgres.pooler = "transaction")')
+    if server is None or server == reached:
+        return (True, "pooler", "none (the server's own port)")
+    return (
+        None,
+        "pooler",
+        f"--db reaches port {reached}, the server listens on {server}: if that is a "
+        'transaction-mode pooler (PgBouncer), set postgres.pooler = "transaction" '
+        "(FLOWDESK_POSTGRES__POOLER=transaction) on every machine using it; a port "
+        "forward or a proxy needs nothing",
+    )
+
+
+def postgres_checks(url: str, *, workers: int = 0, pooler: str = "none") -> list[Check]:
     """Connect to ``url`` and check the server (see module doc).
 
     Args:
         workers: worker processes you plan to run (each needs its pool plus
             one liveness connection), compared with ``max_connections``.
+        pooler: the ``postgres.pooler`` setting (``"none"`` or ``"transaction"``).
     Never raises: a failed connection is one failed check.
     """
     out: list[Check] = []
@@ -68,6 +92,7 @@ def postgres_checks(url: str, *, workers: int = 0) -> list[Check]:
             )
         except Exception as exc:  # report, never crash the doctor
             out.append((False, "schema", f"{type(exc).__name__}: {exc}"))
+        out.append(_pooler_check(conn, pooler))
         row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
         standby = bool(row and row[0])
         out.append(
