@@ -21,8 +21,8 @@ from tests.timer_flows import FLOWS_ENV
 
 REGISTERED = {"FLOWDESK_FLOWS": FLOWS_ENV}
 ON_POSTGRES_BY_WORKERS = (
-    "a running `flowdesk agent` (a worker) fires it on its own; the app does not on "
-    "PostgreSQL unless its `worker` setting is on (`FLOWDESK_WORKER=1`)"
+    "fires it on its own; the app does not on PostgreSQL unless its `worker` setting is "
+    "on (`FLOWDESK_WORKER=1`)"
 )
 BY_AGENT_OR_APP = "a running `flowdesk agent` or the app fires it on its own"
 
@@ -57,7 +57,11 @@ async def test_show_on_postgresql_names_who_fires_a_timer(
         assert BY_AGENT_OR_APP in shown.stdout
         assert ON_POSTGRES_BY_WORKERS not in shown.stdout
     else:
-        assert ON_POSTGRES_BY_WORKERS in shown.stdout
+        worker_cmd = f"flowdesk --db {pg_empty_url} agent"
+        assert (
+            f"a running worker of this run's scope (`{worker_cmd}`) " + (ON_POSTGRES_BY_WORKERS)
+            in shown.stdout
+        ), shown.stdout
         assert "or the app fires it" not in shown.stdout
     monkeypatch.setenv("FLOWDESK_FLOWS", FLOWS_ENV)
     assert await app_fires_timers(pg_empty_url, monkeypatch, worker) is worker
@@ -73,3 +77,46 @@ async def test_show_on_sqlite_says_the_app_fires_a_timer(
     assert BY_AGENT_OR_APP in shown.stdout
     monkeypatch.setenv("FLOWDESK_FLOWS", FLOWS_ENV)
     assert await app_fires_timers(db, monkeypatch, worker=False) is True  # ignored on SQLite
+
+
+def test_on_postgresql_show_names_the_worker_of_the_runs_scope_and_it_fires_as_printed(
+    pg_empty_url: str,
+) -> None:
+    """A team tryout: a run started in scope `team a` while every worker
+    served `default`; its timer passed, and `show` said "a running
+    `flowdesk agent` (a worker) fires it on its own". It names the worker
+    command of the run's database and scope; started as printed, that
+    worker fires the timer and the run completes."""
+    import os
+    import re
+    import shlex
+    import signal
+    import time
+
+    from tests.cli_support import spawn
+
+    env = {**REGISTERED, "FLOWDESK_SCOPE": "team a"}
+    assert flowdesk(pg_empty_url, "db", "apply").returncode == 0
+    out = flowdesk(pg_empty_url, "start", "napper", "--input", '{"order": "z"}', env=env)
+    assert out.returncode == 0, out.stderr
+    run_id = out.stdout.split()[0]
+    shown = flowdesk(pg_empty_url, "show", run_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    found = re.search(r"a running worker of this run's scope \(`([^`]+)`\) fires it", shown.stdout)
+    assert found, shown.stdout
+    printed = found[1]
+    assert printed == f"flowdesk --db {pg_empty_url} --scope 'team a' agent"
+    argv = shlex.split(printed)
+    worker = spawn(*argv[1:], env=REGISTERED, new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            status = flowdesk(pg_empty_url, "show", run_id, "-o", "json", env=env)
+            if json.loads(status.stdout)["status"] == "completed":
+                break
+            assert worker.poll() is None, worker.communicate()
+            assert time.monotonic() < deadline, status.stdout
+            time.sleep(0.3)
+    finally:
+        os.kill(worker.pid, signal.SIGTERM)
+        worker.communicate(timeout=60)

@@ -244,7 +244,10 @@ def wait_lines(
             continue
         note, verb = _SAY[w.kind]
         if w.kind == "timer":
-            note = timer_note(run.flow_name, registered=registered, app_fires=app_fires)
+            agent = None if app_fires else hints.cmd("agent")
+            note = timer_note(
+                run.flow_name, registered=registered, app_fires=app_fires, agent=agent
+            )
         if w.kind == "input":
             only = (choices or {}).get(w.wait_id)
             note = _answer_note((taken or {}).get(w.wait_id), only, registered)
@@ -259,13 +262,20 @@ def wait_lines(
     return lines
 
 
-def timer_note(flow_name: str, *, registered: bool, app_fires: bool) -> str:
+def timer_note(
+    flow_name: str, *, registered: bool, app_fires: bool, agent: str | None = None
+) -> str:
     """Who fires a due timer of a run of ``flow_name`` on its own: a running
     ``flowdesk agent``, and the app only where it executes runs (a SQLite
     file, or PostgreSQL with ``worker = true``: ``app_fires``); only one
-    that registers the flow when this process does not (``registered``)."""
+    that registers the flow when this process does not (``registered``).
+    ``agent``: the worker command for the run's database and scope, named
+    on PostgreSQL (a worker serves one scope: one started for another
+    fires nothing of this run, a team tryout's case)."""
     if not app_fires:
         who = "a running `flowdesk agent` (a worker)"
+        if agent is not None:
+            who = f"a running worker of this run's scope (`{agent}`)"
         if not registered:
             who = f"only a `flowdesk agent` that registers flow {flow_name!r}"
         return (
