@@ -516,6 +516,9 @@ def cmd_signal(ctx: Ctx) -> int:
     _refuse_moved(sv, waiting, "signal")
     before = signal_waits(sv.checkpoints, a.name, a.key)
     signal_id = sv.engine.signal(a.name, a.key, payload, dedupe_key=a.dedupe_key)
+    if not signal_id.stored:  # a send of its dedupe key stored it first, at the same instant
+        first = sv.checkpoints.signal_by_dedupe_key(a.dedupe_key)
+        return _say_duplicate(ctx, sv, first, payload)
     print(f"signal {signal_id} stored")
     reach = signal_reach(sv.checkpoints, signal_id, a.name, a.key, before)
     what = f"signal {quoted(a.name)} with key {quoted(a.key)}"

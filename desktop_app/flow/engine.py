@@ -87,6 +87,7 @@ from desktop_app.store.protocol import (
     Lease,
     RunRecord,
     RunStatus,
+    SignalId,
     StepRecord,
     Wait,
     Withdrawal,
@@ -974,13 +975,14 @@ class Engine:
 
     def signal(
         self, name: str, key: str, payload: Any = None, *, dedupe_key: str | None = None
-    ) -> int:
+    ) -> SignalId:
         """Send a signal: stored first (a durable mailbox), then delivered to a
         run waiting on ``(name, key)`` now if this process may run it, else by
         whichever process wakes that run later (``tick``/``serve``/``recover``).
         A second send with the same ``dedupe_key``, name, key and payload
         is a no-op (duplicate delivery) that returns the first one's id.
-        Returns the signal id.
+        Returns the signal id (an ``int``), whose ``stored`` is False for
+        such a duplicate (also one sent at the same instant as the first).
 
         Raises:
             DedupeKeyReusedError: ``dedupe_key`` was used for a signal of

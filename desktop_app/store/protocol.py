@@ -55,6 +55,7 @@ from desktop_app.store.records import (
     RunRecord,
     RunStatus,
     Signal,
+    SignalId,
     StepRecord,
     StepStatus,
     ToolResult,
@@ -101,6 +102,7 @@ __all__ = [
     "ServerOutages",
     "ServerTime",
     "Signal",
+    "SignalId",
     "SqlResult",
     "SqlTx",
     "StepRecord",
@@ -424,10 +426,11 @@ class Mailbox(Protocol):  # pragma: no mutate block
 
     def send_signal(
         self, name: str, key: str, payload: JSON, now: float, dedupe_key: str | None = None
-    ) -> int:
+    ) -> SignalId:
         """Store a signal; returns its id. A second send with the same
         ``dedupe_key`` (from any connection) and the same name, key and
-        payload stores nothing and returns the first one's id.
+        payload stores nothing and returns the first one's id, its
+        ``stored`` False (also when the two were sent at the same instant).
 
         Raises:
             DedupeKeyReusedError: ``dedupe_key`` was used for a signal of

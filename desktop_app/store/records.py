@@ -215,6 +215,21 @@ class Signal:
     sent_at: float
 
 
+class SignalId(int):
+    """A signal's id as ``send_signal`` answers it: an ``int`` that also
+    says whether this send stored the signal (``stored``), or found the one
+    sent before with its dedupe key (a duplicate, which stores nothing:
+    two senders of one key at the same instant both pass a check made
+    before the insert, and only the store's insert tells them apart)."""
+
+    stored: bool
+
+    def __new__(cls, value: int, stored: bool = True) -> SignalId:
+        made = super().__new__(cls, value)
+        made.stored = stored
+        return made
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """A published event (broadcast to every wait on its type)."""

@@ -39,6 +39,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    SignalId,
     SqlTx,
     Withdrawal,
 )
@@ -459,11 +460,12 @@ class InMemoryCheckpointStore:
 
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
-    ) -> int:
+    ) -> SignalId:
         body = codec.dumps(payload)
         with self._lock:
             if dedupe_key is not None and (first := self.signal_by_dedupe_key(dedupe_key)):
-                return same_signal_or_refuse(first, dedupe_key, name, key, body)
+                same = same_signal_or_refuse(first, dedupe_key, name, key, body)
+                return SignalId(same, stored=False)
             self._space.signals.append(
                 {
                     "name": name,
@@ -476,7 +478,7 @@ class InMemoryCheckpointStore:
                 }
             )
             self._space.version += 1
-            return len(self._space.signals)
+            return SignalId(len(self._space.signals))
 
     def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
         with self._lock:

@@ -129,6 +129,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    SignalId,
     Withdrawal,
 )
 from desktop_app.store.protocol import (
@@ -1876,22 +1877,23 @@ class PostgresCheckpointStore:
 
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
-    ) -> int:
+    ) -> SignalId:
         body_json = codec.dumps(payload)
 
-        def body(conn: Conn) -> int:
+        def body(conn: Conn) -> SignalId:
             row = conn.execute(
                 SQL.insert_signal + " ON CONFLICT (scope, dedupe_key) WHERE dedupe_key IS NOT "
                 "NULL DO NOTHING RETURNING signal_id",
                 (self.scope, name, key, body_json, dedupe_key, now),
             ).fetchone()
             if row is not None:
-                return int(row[0])
+                return SignalId(int(row[0]))
             first = conn.execute(SQL.signal_by_dedupe_key, (self.scope, dedupe_key)).fetchone()
             if first is None:  # the conflicting sender rolled back; try again
                 raise psycopg.errors.SerializationFailure("dedupe winner vanished")
             assert dedupe_key is not None  # a conflict needs one
-            return same_signal_or_refuse(deduped_signal(first), dedupe_key, name, key, body_json)
+            same = same_signal_or_refuse(deduped_signal(first), dedupe_key, name, key, body_json)
+            return SignalId(same, stored=False)
 
         signal_id = self._tx(body)
         self._changed("*", wake=True)

@@ -59,6 +59,7 @@ from desktop_app.store.protocol import (
     RunRecord,
     RunStatus,
     Signal,
+    SignalId,
     SqlResult,
     SqlTx,
     Withdrawal,
@@ -1301,7 +1302,7 @@ class SqliteCheckpointStore:
 
     def send_signal(
         self, name: str, key: str, payload: Any, now: float, dedupe_key: str | None = None
-    ) -> int:
+    ) -> SignalId:
         body = codec.dumps(payload)
         with self._write():
             if dedupe_key is not None:
@@ -1309,7 +1310,9 @@ class SqliteCheckpointStore:
                     SQL.signal_by_dedupe_key, (self.scope, dedupe_key)
                 ).fetchone()
                 if row is not None:
-                    return same_signal_or_refuse(deduped_signal(row), dedupe_key, name, key, body)
+                    first = deduped_signal(row)
+                    same = same_signal_or_refuse(first, dedupe_key, name, key, body)
+                    return SignalId(same, stored=False)
             signal_id = int(
                 _scalar(
                     self.conn.execute(
@@ -1318,7 +1321,7 @@ class SqliteCheckpointStore:
                     )
                 )
             )
-        return signal_id
+        return SignalId(signal_id)
 
     def signal_by_dedupe_key(self, dedupe_key: str) -> Signal | None:
         with self._read():
