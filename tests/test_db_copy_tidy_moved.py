@@ -28,6 +28,7 @@ pytestmark = pytest.mark.postgres
 DEAD = "gone.example:999999:dead0"  # a claimant on another host, its claim run out
 
 
+@pytest.mark.scenario("S120")
 def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -33,6 +33,7 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+@pytest.mark.scenario("S119")
 @pytest.mark.slow
 def test_one_sender_of_a_dedupe_key_says_stored_the_others_duplicate(
     database: str, tmp_path: Path
