@@ -419,6 +419,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_write_gate.py",
         "tests/test_mutation_kills_sqlite_lean.py",
         "tests/test_mutation_kills_write_gate.py",
+        # Ctrl-Z in process (and a forked child), the locked error's holder
+        "tests/test_mutation_kills_write_gate_stop.py",
         "tests/test_ctrl_c_inside_the_write_gate.py",
     ],
     "desktop_app/store/domain/digest.py": [
