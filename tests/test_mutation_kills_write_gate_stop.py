@@ -126,6 +126,9 @@ def test_without_the_apps_stop_ctrl_z_stops_the_process_gate_free_and_it_goes_on
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:
+            # a job of its own: in an orphaned process group (a runner's
+            # session), the kernel discards SIGTSTP's default stop
+            os.setpgid(0, 0)
             os.close(ready_r)
             write_gate.stop_gives_back_the_gate()
             store = open_store(db_path)
