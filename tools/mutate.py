@@ -423,6 +423,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_mutation_kills_write_gate_stop.py",
         # threads and paths of one process: the busy timeout, nesting, one gate per file
         "tests/test_mutation_kills_write_gate_threads.py",
+        # a connection opened on a VFS of the test's (GatedConnection's kwargs)
+        "tests/test_power_loss.py",
         "tests/test_ctrl_c_inside_the_write_gate.py",
     ],
     "desktop_app/store/domain/digest.py": [
