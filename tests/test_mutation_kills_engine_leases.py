@@ -591,3 +591,55 @@ def test_a_heartbeat_that_ended_for_want_of_runs_is_started_again_by_the_next_ru
     finally:
         assert second.finish().status == "completed"
         ticks.set()
+
+
+def test_a_database_failure_taking_a_signal_or_event_is_said_and_the_others_are_skipped(
+    db_path, monkeypatch
+):
+    """A team tryout: `signal` through a pooler whose statement was lost said
+    "stored", exit 0, while the run that was taking it failed unseen. A
+    store's failure while a run takes a stored signal or event is raised,
+    noting what was stored and which run; a run that cannot take it for its
+    own reason (held elsewhere) is skipped, and the signal waits for it."""
+    from desktop_app.errors import DatabaseUnreachableError, RunLeasedError
+
+    engine = engine_for(db_path)
+    flow = (
+        FlowBuilder("sig", S)
+        .step("start", lambda s: {"n": 1})
+        .wait_signal("go", "go", "a", into="n")
+        .chain()
+        .compile()
+    )
+    ev = FlowBuilder("ev", S).wait_event("on", "ping", into="n").compile()
+    waiting = engine.run(flow, {"n": 0}).run_id
+    listening = engine.run(ev, {"n": 0}).run_id
+    woken: list[str] = []
+
+    def unreachable(run_id: str):
+        woken.append(run_id)
+        raise DatabaseUnreachableError("lost the connection to PostgreSQL")
+
+    monkeypatch.setattr(engine, "wake", unreachable)
+    with pytest.raises(DatabaseUnreachableError) as caught:
+        engine.signal("go", "a", 5)
+    sent = engine.store.next_signal("go", "a")
+    assert sent is not None  # stored, not taken
+    assert caught.value.__notes__ == [
+        f"signal {sent.signal_id} was stored; taking it to run {waiting} failed, so the run "
+        "takes it when it is resumed"
+    ]
+    with pytest.raises(DatabaseUnreachableError) as caught:
+        engine.publish("ping", 3)
+    assert caught.value.__notes__[0].startswith("event ") and listening in str(
+        caught.value.__notes__[0]
+    )
+    assert woken == [waiting, listening]
+
+    def held(run_id: str):
+        raise RunLeasedError(run_id, "elsewhere.example:1:x", None)
+
+    monkeypatch.setattr(engine, "wake", held)
+    assert engine.signal("go", "a", 6) > sent.signal_id  # skipped, no error
+    monkeypatch.undo()
+    assert engine.resume(waiting).state.n == 5  # the first one stored is taken

@@ -34,6 +34,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     SignalPayloadError,
+    StoreError,
     UnknownFlowError,
     WaitPayloadError,
     moved_to,
@@ -991,7 +992,11 @@ class Engine:
                 deeply nested, not JSON data); nothing was stored.
             SignalPayloadError: a run waiting for ``(name, key)`` now, whose
                 flow is registered here, cannot take ``payload`` (it does not
-                fit the wait step's field); nothing was stored. A signal that
+                fit the wait step's field); nothing was stored.
+            StoreError: the database failed while a waiting run took the
+                signal (locked, unreachable, a pooler's lost statement): the
+                signal was stored, and a note says so and names the run
+                (:meth:`_deliver`). A signal that
                 reaches a wait that cannot take it anyway (sent before the
                 run waited, or from a process without its flow) is refused
                 by the wait, which goes on waiting.
@@ -1004,10 +1009,30 @@ class Engine:
         signal_id = self.store.send_signal(name, key, payload, self.clock.now(), dedupe_key)
         if not self.executes:  # a worker delivers it (the store's commit wakes workers)
             return signal_id
-        for run_id in self.store.runs_waiting_for("signal", name, key):
-            with contextlib.suppress(FlowdeskError):
-                self.wake(run_id)
+        self._deliver(f"signal {signal_id}", self.store.runs_waiting_for("signal", name, key))
         return signal_id
+
+    def _deliver(self, what: str, run_ids: list[str]) -> None:
+        """Wake each run of ``run_ids`` (waiting for ``what``, ``"signal 7"``,
+        stored already) so it takes it now. A run that cannot take it for
+        its own reason (another process holds it, it ended, its checkpoint
+        is damaged) is skipped: it takes it when it is woken later.
+
+        Raises:
+            StoreError: the database failed (locked, unreachable, a pooler's
+                lost statement): never hidden, with a note that ``what`` was
+                stored and which run was taking it."""
+        for run_id in run_ids:
+            try:
+                self.wake(run_id)
+            except StoreError as exc:
+                exc.add_note(
+                    f"{what} was stored; taking it to run {run_id} failed, so the run takes it "
+                    "when it is resumed"
+                )
+                raise
+            except FlowdeskError:
+                continue
 
     def _unfit_runs(
         self, kind: str, name: str, key: str | None, payload: Any
@@ -1057,6 +1082,8 @@ class Engine:
                 stored. An event that reaches a wait that cannot take it
                 anyway (published from a process without the run's flow)
                 is refused by the wait, which goes on waiting for the next.
+            StoreError: the database failed while a waiting run took the
+                event: it was published, and a note says so (:meth:`_deliver`).
         """
         check_storable(payload, f"event {event_type!r} payload")
         unfit, why = self._unfit_runs("event", event_type, None, payload)
@@ -1065,9 +1092,7 @@ class Engine:
         event_id = self.store.publish_event(event_type, payload, self.clock.now())
         if not self.executes:
             return event_id
-        for run_id in self.store.runs_waiting_for("event", event_type):
-            with contextlib.suppress(FlowdeskError):
-                self.wake(run_id)
+        self._deliver(f"event {event_id}", self.store.runs_waiting_for("event", event_type))
         return event_id
 
     def serve(
