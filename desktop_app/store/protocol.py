@@ -465,7 +465,9 @@ class Mailbox(Protocol):  # pragma: no mutate block
         deadline passed, a deliverable signal or event, or a passed run deadline."""
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
-        """Ids of runs with a pending wait of ``kind`` on ``name`` (and ``key``)."""
+        """Ids of runs with a pending wait of ``kind`` on ``name`` (and
+        ``key``), the run waiting longest first (its wait's ``created_at``;
+        ties by run id): a signal goes to one wait, the oldest."""
 
 
 @runtime_checkable

@@ -178,10 +178,13 @@ class Statements:
             f"AND type={p} AND published_at>={t} ORDER BY published_at, event_id LIMIT 1"
         )
         self.runs_waiting_for = (
-            "SELECT DISTINCT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
+            "SELECT w.run_id FROM waits w JOIN runs r ON r.run_id=w.run_id "
             f"WHERE r.scope={p} AND w.kind={p} AND w.name={p}"
         )
         self.and_wait_key = f" AND w.key={p}"
+        # after the conditions: the run waiting longest first (one signal
+        # goes to one wait: the oldest), ties by run id
+        self.waiting_longest_first = " GROUP BY w.run_id ORDER BY min(w.created_at), w.run_id"
         # -- outbox ------------------------------------------------------------
         self.insert_intent = (
             "INSERT INTO outbox(intent_id, run_id, step_id, destination, payload, "

@@ -134,6 +134,11 @@ def waits_deadlines_and_wakeups(h: Harness) -> None:
     _eq(s.runs_waiting_for("signal", sname, "k"), [sig], "waiting for the signal")
     _eq(s.runs_waiting_for("signal", sname), [sig], "any key")
     _eq(s.runs_waiting_for("event", etype), [ev], "waiting for the event")
+    older = "zz" + _id()  # waits longer, its id sorts last
+    s.create_run(_run(older), _cp(older, 0))
+    w = Wait(f"{older}:s:0", "s", "signal", 5.0, name=sname, key="k")
+    s.append(_cp(older, 1, status="waiting", waits=(w,)))
+    _eq(s.runs_waiting_for("signal", sname, "k"), [older, sig], "the one waiting longest first")
     s.append(_cp(timer, 2))
     _eq(s.next_deadline(), 90.0, "a resolved wait's deadline is gone")
 

@@ -565,12 +565,11 @@ class InMemoryCheckpointStore:
 
     def runs_waiting_for(self, kind: str, name: str, key: str | None = None) -> list[str]:
         with self._lock:
-            found = {
-                run_id
-                for run_id, w in self._pending_waits()
-                if w.kind == kind and w.name == name and (key is None or w.key == key)
-            }
-        return sorted(found)
+            began: dict[str, float] = {}
+            for run_id, w in self._pending_waits():
+                if w.kind == kind and w.name == name and (key is None or w.key == key):
+                    began[run_id] = min(began.get(run_id, w.created_at), w.created_at)
+        return sorted(began, key=lambda r: (began[r], r))
 
     # -- outbox --------------------------------------------------------------
 

@@ -1986,6 +1986,7 @@ class PostgresCheckpointStore:
         if key is not None:
             sql += SQL.and_wait_key
             args.append(key)
+        sql += SQL.waiting_longest_first
         return self._read(lambda conn: [str(r[0]) for r in conn.execute(sql, args)])
 
     # -- outbox ----------------------------------------------------------------

@@ -1413,6 +1413,7 @@ class SqliteCheckpointStore:
         if key is not None:
             sql += SQL.and_wait_key
             args.append(key)
+        sql += SQL.waiting_longest_first
         with self._read():
             return [str(r[0]) for r in self.conn.execute(sql, args)]
 
