@@ -85,3 +85,40 @@ def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there
     assert top_files(folder) == files  # no move was made there either: all withdrawn
     again = flowdesk(db, "undo", run_id)  # the file's answer stays the same
     assert again.returncode == 1 and again.stderr.splitlines()[:2] == said[:2]
+
+
+async def test_the_app_on_the_file_refuses_the_undo_with_the_command_that_works_there(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The app's `u` on that run said why it would not undo it, but not the
+    command that undoes it (a tryout); it names it, and as printed it runs."""
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.config import load_settings
+    from tests.app_support import messages, settle
+
+    db, folder = tmp_path / "lap.db", tmp_path / "dl"
+    files = fill(folder, 5)
+    assert flowdesk(db, "db", "apply").returncode == 0
+    store = open_store(db)
+    try:
+        engine = Engine(store, flows=[build_tidy_flow()])
+        run_id = engine.run("tidy", {"folder": str(folder)}).run_id
+        assert engine.resume_with(run_id, "yes").status == "completed"
+    finally:
+        store.close()
+    assert flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url).returncode == 0
+
+    app = FlowdeskApp(load_settings(db_path=db))
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot)
+        app.controller.open_run(run_id)
+        await settle(pilot)
+        await pilot.press("u")
+        await settle(pilot)
+        (said,) = [m for m in messages(app) if "undo it there: " in m]
+    assert said.startswith(f"run {run_id}'s queued moves were moved to {pg_url} by flowdesk db")
+    hint = said.split("undo it there: ", 1)[1]
+    assert hint == f"flowdesk --db {pg_url} undo {run_id}"
+    there = as_printed(hint, env=dict(os.environ))
+    assert there.returncode == 0, there.stdout + there.stderr
+    assert top_files(folder) == files  # nothing moved anywhere: all withdrawn there

@@ -56,7 +56,12 @@ from desktop_app.flow import Engine, RunResult
 from desktop_app.flow.outbox import WITHDRAWN_AFTER_END
 from desktop_app.flows import live_twin, single_flight
 from desktop_app.flows.digest import DigestInput
-from desktop_app.flows.tidy_undo import undo_list_of, undo_summary, undo_tidy_run
+from desktop_app.flows.tidy_undo import (
+    UndoneElsewhere,
+    undo_list_of,
+    undo_summary,
+    undo_tidy_run,
+)
 from desktop_app.runs_view import (
     INTENT_NOUNS,
     agent_executor_text,
@@ -435,6 +440,9 @@ class Controller:
                 if found is not None
                 else "its moves in the database: it ended before writing an undo list"
             )
+        except UndoneElsewhere as exc:
+            self._say(self._elsewhere(exc), "warning")
+            return
         except FlowdeskError as exc:
             self._say(str(exc), "warning" if isinstance(exc, InputError) else "error")
             return
@@ -456,6 +464,13 @@ class Controller:
             chosen,
         )
 
+    def _elsewhere(self, exc: UndoneElsewhere) -> str:
+        """Why a tidy run moved by ``db copy`` is not undone here, and the
+        command that undoes it where its moves are made (``--db`` that
+        database, as the CLI prints it)."""
+        there = self._host.hints.cmd(f"undo {exc.run_id}", db=exc.moved_to)
+        return f"{exc}; undo it there: {there}"
+
     def _undo(self, run_id: str, undo_list: str) -> None:
         rid = short_id(run_id)
         engine = self.require_writer()
@@ -463,6 +478,9 @@ class Controller:
             return
         try:  # withdraws the moves not made yet first: none is made after the undo
             report = undo_tidy_run(engine.store, run_id)
+        except UndoneElsewhere as exc:
+            self._say(f"Tidy run {rid} was not undone: {self._elsewhere(exc)}", "error")
+            return
         except FlowdeskError as exc:
             self._say(f"Tidy run {rid} was not undone: {exc}", "error")
             return
