@@ -167,6 +167,37 @@ def test_without_the_apps_stop_ctrl_z_stops_the_process_gate_free_and_it_goes_on
     assert [r[0] for r in rows] == ["before", "between", "after"]
 
 
+def test_without_the_apps_stop_the_handler_stops_by_the_default_action_and_comes_back(
+    db_path: Path, stop_handler: None
+) -> None:
+    """The same path in this process (the forked child above is where the
+    stop is real; a planted bug there is seen only by the child): the
+    handler gives the gate back, sends this process SIGTSTP with the
+    default action in place (``os.kill`` recorded here instead of stopping
+    the test), and puts itself back once the process goes on."""
+    sent: list[tuple[int, int, object, bool]] = []
+
+    def kill(pid: int, signum: int) -> None:
+        sent.append((pid, signum, signal.getsignal(signal.SIGTSTP), held_elsewhere(db_path)))
+
+    store = open_store(db_path)
+    try:
+        write_gate.stop_gives_back_the_gate()
+        store.publish_event("kept", {}, store.now())
+        assert held_elsewhere(db_path)  # kept for the turn
+        real_kill = os.kill
+        os.kill = kill  # write_gate's os is this os
+        try:
+            write_gate._on_sigtstp(signal.SIGTSTP, None)
+        finally:
+            os.kill = real_kill
+        assert sent == [(os.getpid(), signal.SIGTSTP, signal.SIG_DFL, False)]
+        assert signal.getsignal(signal.SIGTSTP) is write_gate._on_sigtstp
+        assert write_gate._STOP_PENDING is False
+    finally:
+        store.close()
+
+
 def _stopped(pid: int) -> None:
     """Until the child is stopped (``waitpid`` with ``WUNTRACED``); fails if it
     exits or does not stop within the limit."""
