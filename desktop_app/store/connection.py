@@ -83,7 +83,13 @@ from desktop_app.errors import (
     StoreError,
     WalMissingError,
 )
-from desktop_app.store.write_gate import LOCK_SUFFIX, GatedConnection, describe_holder, gate_for
+from desktop_app.store.write_gate import (
+    LOCK_SUFFIX,
+    GatedConnection,
+    ThreadBusyError,
+    describe_holder,
+    gate_for,
+)
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -104,8 +110,13 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
     if isinstance(exc, apsw.BusyError):
         # only now, the wait over: who holds the write gate (/proc/locks)
         holder = describe_holder(Path(f"{path}{LOCK_SUFFIX}")) if path else None
+        who = (
+            "another thread of this process"
+            if isinstance(exc, ThreadBusyError)
+            else ("another process")
+        )
         return DatabaseLockedError(
-            f"the database{where} stayed locked by another process past the busy timeout"
+            f"the database{where} stayed locked by {who} past the busy timeout"
             + (f" ({holder})" if holder else "")
             + "; nothing was written."
             + DatabaseLockedError.ADVICE

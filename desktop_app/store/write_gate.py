@@ -123,6 +123,12 @@ REAPER_IDLE_S = 5.0
 _TURN_END = struct.Struct("<d")
 
 
+class ThreadBusyError(apsw.BusyError):
+    """Another thread of this process held the gate (its write transaction)
+    past the busy timeout: SQLite's busy error, told apart so the message
+    does not blame another process."""
+
+
 class WriteGate:
     """This process's gate for one database file (shared by all its
     connections to that file, so that two connections of one process never
@@ -165,12 +171,13 @@ class WriteGate:
         writers, wait up to ``timeout_s`` seconds each.
 
         Raises:
-            apsw.BusyError: another thread or process held it longer than
-                ``timeout_s`` (callers translate it as SQLite's own).
+            apsw.BusyError: another process held it longer than ``timeout_s``
+                (callers translate it as SQLite's own); ``ThreadBusyError``
+                when it was another thread of this process.
         """
         mutex = self._mutex
         if not mutex.acquire(blocking=False) and not mutex.acquire(timeout=timeout_s):
-            raise apsw.BusyError("database is locked (another thread's write transaction)")
+            raise ThreadBusyError("database is locked (another thread's write transaction)")
         if self._depth == 0 and not self.disabled and not self._kept:
             try:
                 self._lock_file(timeout_s)
