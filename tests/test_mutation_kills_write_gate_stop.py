@@ -274,6 +274,18 @@ def test_a_command_line_over_80_characters_keeps_file_names_and_is_cut_to_80() -
     assert len(inner) == 80 and inner.startswith("\u2026/") and inner.endswith("xx\u2026")
 
 
+def test_a_command_line_81_characters_long_once_shortened_is_cut_to_80() -> None:
+    exe = "\u2026/" + sys.executable.rsplit("/", 1)[1]
+    base = len(f"{exe} -c {CODE} ")
+    proc = _process("y" * (81 - base))  # its absolute path alone keeps it over 80 at first
+    try:
+        said = write_gate._said(proc.pid)
+    finally:
+        _end(proc)
+    inner = said[len(f"held by pid {proc.pid} (") : -1]
+    assert inner == f"{exe} -c {CODE} {'y' * (81 - base)}"[:79] + "\u2026"
+
+
 def test_a_command_line_that_is_not_utf8_is_named_with_replacement_characters() -> None:
     proc = _process(b"caf\xe9")
     try:

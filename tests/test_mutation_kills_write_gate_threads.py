@@ -142,3 +142,27 @@ def test_a_refused_flock_is_logged_once_with_its_reason(
         "database wait for other processes in SQLite's busy handler only, slower with "
         "several processes on one file"
     )
+
+
+def test_a_turn_end_that_cannot_be_written_leaves_the_write_going(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The turn's planned end is a hint for the waiters (they poll without
+    it): an I/O error writing it never fails the write."""
+    db = tmp_path / "f.db"
+    from tests.cli_support import flowdesk
+
+    assert flowdesk(db, "db", "apply").returncode == 0
+
+    def failing(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(write_gate.os, "pwrite", failing)
+    store = open_store(db)
+    try:
+        store.publish_event("written", {}, store.now())
+        rows = store.conn.execute("SELECT type FROM events").fetchall()
+    finally:
+        monkeypatch.undo()
+        store.close()
+    assert rows == [("written",)]
