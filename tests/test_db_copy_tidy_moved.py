@@ -28,18 +28,29 @@ pytestmark = pytest.mark.postgres
 DEAD = "gone.example:999999:dead0"  # a claimant on another host, its claim run out
 
 
-@pytest.mark.scenario("S120")
-def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there(
-    tmp_path: Path, pg_url: str
-) -> None:
+def approved_tidy(tmp_path: Path, n: int) -> tuple[Path, Path, dict[str, str], str]:
+    """A file with a tidy of ``n`` files approved, its moves queued and none
+    made (no dispatcher ran): ``(db, folder, its files, run id)``."""
     db, folder = tmp_path / "lap.db", tmp_path / "dl"
-    files = fill(folder, 12)
+    files = fill(folder, n)
     assert flowdesk(db, "db", "apply").returncode == 0
     store = open_store(db)
     try:
         engine = Engine(store, flows=[build_tidy_flow()])
         run_id = engine.run("tidy", {"folder": str(folder)}).run_id
         assert engine.resume_with(run_id, "yes").status == "completed"
+    finally:
+        store.close()
+    return db, folder, files, run_id
+
+
+@pytest.mark.scenario("S120")
+def test_a_tidy_copied_mid_delivery_counts_its_moves_moved_and_undo_points_there(
+    tmp_path: Path, pg_url: str
+) -> None:
+    db, folder, files, run_id = approved_tidy(tmp_path, 12)
+    store = open_store(db)
+    try:
         (first, *_) = sorted(store.open_intents(run_id), key=lambda i: i.intent_id)
         # the process delivering the moves died inside this one's send
         store.conn.execute(
@@ -96,16 +107,7 @@ async def test_the_app_on_the_file_refuses_the_undo_with_the_command_that_works_
     from desktop_app.config import load_settings
     from tests.app_support import messages, settle
 
-    db, folder = tmp_path / "lap.db", tmp_path / "dl"
-    files = fill(folder, 5)
-    assert flowdesk(db, "db", "apply").returncode == 0
-    store = open_store(db)
-    try:
-        engine = Engine(store, flows=[build_tidy_flow()])
-        run_id = engine.run("tidy", {"folder": str(folder)}).run_id
-        assert engine.resume_with(run_id, "yes").status == "completed"
-    finally:
-        store.close()
+    db, folder, files, run_id = approved_tidy(tmp_path, 5)
     assert flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url).returncode == 0
 
     app = FlowdeskApp(load_settings(db_path=db))

@@ -13,7 +13,6 @@ a hang into a failure.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import signal
@@ -28,21 +27,9 @@ import pytest
 from desktop_app.store import write_gate
 from desktop_app.store.sqlite.store import open_store
 from desktop_app.store.write_gate import LOCK_SUFFIX
+from tests.test_write_gate import held_elsewhere
 
 LIMIT_S = 60.0
-
-
-def held_elsewhere(db: Path) -> bool:
-    """Whether some open file holds the gate's flock (tried on a descriptor
-    of our own, never waiting)."""
-    fd = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ its reason. Real SQLite files."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import logging
 import os
 import threading
@@ -23,19 +22,9 @@ from desktop_app.errors import StoreError
 from desktop_app.store import write_gate
 from desktop_app.store.sqlite.store import open_store
 from desktop_app.store.write_gate import LOCK_SUFFIX
+from tests.test_write_gate import held_elsewhere
 
 LIMIT_S = 60.0
-
-
-def held_elsewhere(db: Path) -> bool:
-    fd = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
 
 
 def test_a_thread_waits_for_another_threads_write_only_its_busy_timeout(db_path: Path) -> None:
