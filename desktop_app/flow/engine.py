@@ -992,14 +992,14 @@ class Engine:
                 deeply nested, not JSON data); nothing was stored.
             SignalPayloadError: a run waiting for ``(name, key)`` now, whose
                 flow is registered here, cannot take ``payload`` (it does not
-                fit the wait step's field); nothing was stored.
-            StoreError: the database failed while a waiting run took the
-                signal (locked, unreachable, a pooler's lost statement): the
-                signal was stored, and a note says so and names the run
-                (:meth:`_deliver`). A signal that
+                fit the wait step's field); nothing was stored. A signal that
                 reaches a wait that cannot take it anyway (sent before the
                 run waited, or from a process without its flow) is refused
                 by the wait, which goes on waiting.
+            StoreError: the database failed while a waiting run took the
+                signal (locked, unreachable, a pooler's lost statement): the
+                signal was stored, and a note says so and names the run
+                (:meth:`_deliver`).
         """
         check_storable(payload, f"signal {name!r} payload")
         unfit, why = self._unfit_runs("signal", name, key, payload)
