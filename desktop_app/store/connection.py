@@ -110,11 +110,9 @@ def translate(exc: apsw.Error, path: str | os.PathLike[str] | None = None) -> St
     if isinstance(exc, apsw.BusyError):
         # only now, the wait over: who holds the write gate (/proc/locks)
         holder = describe_holder(Path(f"{path}{LOCK_SUFFIX}")) if path else None
-        who = (
-            "another thread of this process"
-            if isinstance(exc, ThreadBusyError)
-            else ("another process")
-        )
+        who = "another process"
+        if isinstance(exc, ThreadBusyError):  # the gate's own wait, between this process's threads
+            who = "another thread of this process"
         return DatabaseLockedError(
             f"the database{where} stayed locked by {who} past the busy timeout"
             + (f" ({holder})" if holder else "")
