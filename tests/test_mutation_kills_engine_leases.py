@@ -512,6 +512,24 @@ def test_a_run_tracked_while_the_idle_heartbeat_checks_again_keeps_its_heartbeat
         ticks.set()
 
 
+def a_new_heartbeat_renews(
+    engine: Engine, ticks: Ticks, clock: ManualClock, driving: Driving, run_id: str, after: float
+) -> None:
+    """``driving`` (the next run, in its step) got a second heartbeat thread,
+    whose one round ``after`` seconds on renews its lease for the TTL; then
+    the run completes and the heartbeat is let go."""
+    try:
+        ticks.waiting()
+        assert len(set(ticks.threads)) == 2
+        t = clock.now()
+        clock.advance(after)
+        ticks.tick()
+        assert engine.store.get_run(run_id).lease_expires_at == t + after + 30.0
+    finally:
+        assert driving.finish().status == "completed"
+        ticks.set()
+
+
 def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_run_beats_again(
     db_path, caplog
 ):
@@ -554,17 +572,7 @@ def test_a_heartbeat_that_fails_on_a_defect_stops_its_runs_says_why_and_a_later_
             with pytest.raises(LeaseLostError):  # its step's save is refused: nothing saved
                 driving.finish()
     assert engine.store.latest("ra").state["n"] == 0
-    third = Driving(engine, "c", c, "rc")  # a new heartbeat for the next run
-    try:
-        ticks.waiting()
-        assert len(set(ticks.threads)) == 2
-        t = clock.now()
-        clock.advance(3.0)
-        ticks.tick()
-        assert engine.store.get_run("rc").lease_expires_at == t + 3.0 + 30.0
-    finally:
-        assert third.finish().status == "completed"
-        ticks.set()
+    a_new_heartbeat_renews(engine, ticks, clock, Driving(engine, "c", c, "rc"), "rc", 3.0)
     again = engine.resume("ra")  # a stopped run resumes on this same engine
     assert (again.status, again.state.n) == ("completed", 11)
 
@@ -580,17 +588,7 @@ def test_a_heartbeat_that_ended_for_want_of_runs_is_started_again_by_the_next_ru
     ticks._go.release()  # no run executes: the heartbeat ends
     beat.join(LIMIT)
     assert not beat.is_alive()
-    second = Driving(engine, "b", b, "rb")
-    try:
-        ticks.waiting()
-        assert len(set(ticks.threads)) == 2
-        t = clock.now()
-        clock.advance(4.0)
-        ticks.tick()
-        assert engine.store.get_run("rb").lease_expires_at == t + 4.0 + 30.0
-    finally:
-        assert second.finish().status == "completed"
-        ticks.set()
+    a_new_heartbeat_renews(engine, ticks, clock, Driving(engine, "b", b, "rb"), "rb", 4.0)
 
 
 def test_a_database_failure_taking_a_signal_or_event_is_said_and_the_others_are_skipped(

@@ -27,19 +27,7 @@ from desktop_app.store import write_gate
 from desktop_app.store.protocol import Checkpoint, RunRecord, StepRecord
 from desktop_app.store.sqlite.store import open_store
 from desktop_app.store.write_gate import LOCK_SUFFIX
-
-
-def _gate_held(db: Path) -> bool:
-    """Whether the write gate's flock is held (tried on a descriptor of our
-    own, never waiting: a flock belongs to its open file, not the process)."""
-    fd = os.open(f"{db}{LOCK_SUFFIX}", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+from tests.test_write_gate import held_elsewhere
 
 
 def _cp(revision: int) -> Checkpoint:
@@ -59,10 +47,10 @@ def test_a_commit_keeps_the_gate_for_the_turn_and_a_refused_append_gives_it_back
     try:
         store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0))
         store.append(_cp(1))
-        assert _gate_held(db_path)  # kept for this process's next write (its turn)
+        assert held_elsewhere(db_path)  # kept for this process's next write (its turn)
         with pytest.raises(RevisionConflictError):
             store.append(_cp(1))  # revision 1 is taken: rolled back
-        assert not _gate_held(db_path)
+        assert not held_elsewhere(db_path)
         assert store.latest("r1").revision == 1
     finally:
         store.close()
@@ -75,7 +63,7 @@ def test_a_begin_refused_by_an_outside_writer_gives_the_gate_back(db_path: Path,
     try:
         with pytest.raises(StoreError, match="busy timeout"):
             store.create_run(RunRecord("r1", "flow", "v1", "running", 0, 1.0, 1.0), _cp(0))
-        assert not _gate_held(db_path)
+        assert not held_elsewhere(db_path)
     finally:
         raw.execute("ROLLBACK")
         raw.close()
@@ -150,7 +138,7 @@ def test_a_process_that_waited_for_its_turn_lets_a_waiter_in_after_it(
         time.sleep(0.15)  # this transaction ends past the turn
         ended = time.monotonic()
         gate.release()
-        assert not _gate_held(db)
+        assert not held_elsewhere(db)
         assert gate._yield_until > ended  # its next try waits for the others first
     finally:
         os.close(other)
@@ -169,7 +157,7 @@ def test_a_process_that_never_waited_does_not_yield_after_its_turn(
     gate.acquire(30.0)
     time.sleep(0.15)  # this transaction ends past the turn
     gate.release()
-    assert not _gate_held(db)
+    assert not held_elsewhere(db)
     assert gate._yield_until == 0.0
 
 
@@ -207,18 +195,18 @@ def test_the_reaper_gives_back_an_idle_turn_at_its_end_and_ends_when_idle(
     monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.4)
     conn, gate = _one_write(db_path)
     try:
-        assert _gate_held(db_path)  # kept for the turn
+        assert held_elsewhere(db_path)  # kept for the turn
         reaper = gate._reaper
         assert reaper is not None and reaper.is_alive()
-        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        waited = _until(lambda: not held_elsewhere(db_path), timeout=5)
         assert 0.15 < waited < 1.5  # at the turn's end, not at once and not later
         _until(lambda: not reaper.is_alive(), timeout=5)  # idle for REAPER_IDLE_S: it ends
         assert gate._reaper is None
         with conn:  # a later turn starts a reaper again, which gives it back again
             conn.execute("INSERT INTO reaped VALUES (1)")
-        assert _gate_held(db_path)
+        assert held_elsewhere(db_path)
         assert gate._reaper is not None and gate._reaper is not reaper
-        _until(lambda: not _gate_held(db_path), timeout=5)
+        _until(lambda: not held_elsewhere(db_path), timeout=5)
     finally:
         conn.close()  # type: ignore[attr-defined]
 
@@ -238,8 +226,8 @@ def test_a_turn_taken_again_before_the_reaper_looks_is_left_to_its_own_end(
         # the reaper woke for the first turn: past its end, the new one is not cut short
         time.sleep(max(0.0, first + 0.3 + 0.05 - time.monotonic()))
         assert time.monotonic() < gate._taken_at + 0.3 - 0.03  # (the test's own timing)
-        assert _gate_held(db_path)
-        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        assert held_elsewhere(db_path)
+        waited = _until(lambda: not held_elsewhere(db_path), timeout=5)
         assert waited < 1.0  # and given back at its own end
     finally:
         conn.close()  # type: ignore[attr-defined]
@@ -250,17 +238,17 @@ def test_the_exit_hook_gives_the_turn_back_ends_the_reaper_and_keeps_no_turn_aft
 ) -> None:
     conn, gate = _one_write(db_path)
     try:
-        assert _gate_held(db_path)
+        assert held_elsewhere(db_path)
         reaper = gate._reaper
         assert reaper is not None
         t0 = time.monotonic()
         write_gate._stop_reapers()
         assert time.monotonic() - t0 < 0.9  # the reaper ended at once, not at the join's bound
         assert not reaper.is_alive() and gate._reaper is None
-        assert not _gate_held(db_path)  # given back, not left to the minute-long turn
+        assert not held_elsewhere(db_path)  # given back, not left to the minute-long turn
         with conn:  # a write later in the exit keeps nothing
             conn.execute("INSERT INTO reaped VALUES (1)")
-        assert not _gate_held(db_path)
+        assert not held_elsewhere(db_path)
     finally:
         gate._stopping = False
         conn.close()  # type: ignore[attr-defined]
@@ -280,7 +268,7 @@ def test_the_exit_hook_does_not_wait_for_a_reaper_whose_mutex_this_thread_holds(
             t0 = time.monotonic()
             write_gate._stop_reapers()
             assert time.monotonic() - t0 < 0.5  # no second-long join
-            assert not _gate_held(db_path)  # given back all the same
+            assert not held_elsewhere(db_path)  # given back all the same
         finally:
             gate._mutex.release()
         _until(lambda: not reaper.is_alive(), timeout=5)
@@ -306,13 +294,13 @@ def test_a_turn_started_while_the_reaper_waited_for_the_mutex_is_not_cut_short(
                 conn.execute("INSERT INTO reaped VALUES (1)")
             with conn:  # and a new turn, kept, ending 0.3 s from now
                 conn.execute("INSERT INTO reaped VALUES (2)")
-            assert gate._taken_at > first + 0.3 and _gate_held(db_path)
+            assert gate._taken_at > first + 0.3 and held_elsewhere(db_path)
         finally:
             gate._mutex.release()  # the reaper gets the mutex now
         time.sleep(0.1)
         assert time.monotonic() < gate._taken_at + 0.3 - 0.05  # (the test's own timing)
-        assert _gate_held(db_path)  # not cut short by the reaper woken for the first turn
-        _until(lambda: not _gate_held(db_path), timeout=5)  # given back at its own end
+        assert held_elsewhere(db_path)  # not cut short by the reaper woken for the first turn
+        _until(lambda: not held_elsewhere(db_path), timeout=5)  # given back at its own end
     finally:
         conn.close()  # type: ignore[attr-defined]
 
@@ -327,7 +315,7 @@ def test_a_turn_started_while_an_idle_reaper_waited_for_the_mutex_is_still_reape
     monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.2)
     conn, gate = _one_write(db_path)
     try:
-        _until(lambda: not _gate_held(db_path), timeout=5)  # the first turn reaped
+        _until(lambda: not held_elsewhere(db_path), timeout=5)  # the first turn reaped
         reaper = gate._reaper
         assert reaper is not None
         gate._mutex.acquire()
@@ -335,10 +323,10 @@ def test_a_turn_started_while_an_idle_reaper_waited_for_the_mutex_is_still_reape
             time.sleep(0.4)  # the reaper's idle wait ended: it waits for the mutex
             with conn:  # a new turn, kept; its token is put for that same reaper
                 conn.execute("INSERT INTO reaped VALUES (1)")
-            assert gate._reaper is reaper and _gate_held(db_path)
+            assert gate._reaper is reaper and held_elsewhere(db_path)
         finally:
             gate._mutex.release()
-        _until(lambda: not _gate_held(db_path), timeout=2)  # reaped at its end, not kept
+        _until(lambda: not held_elsewhere(db_path), timeout=2)  # reaped at its end, not kept
     finally:
         conn.close()  # type: ignore[attr-defined]
 
@@ -353,7 +341,7 @@ def test_the_exit_hook_waits_a_bounded_time_for_a_reaper_another_thread_holds_up
     monkeypatch.setattr(write_gate, "HOLD_S", 0.05)
     monkeypatch.setattr(write_gate, "REAPER_IDLE_S", 0.1)
     conn, gate = _one_write(db_path)
-    _until(lambda: not _gate_held(db_path), timeout=5)  # reaped: the reaper goes idle
+    _until(lambda: not held_elsewhere(db_path), timeout=5)  # reaped: the reaper goes idle
     held, done = threading.Event(), threading.Event()
 
     def stuck_transaction() -> None:
@@ -397,19 +385,19 @@ def test_the_at_fork_reset_leaves_a_gate_that_works_from_scratch(
     monkeypatch.setattr(write_gate, "HOLD_S", 0.3)
     conn, gate = _one_write(db_path)
     try:
-        assert _gate_held(db_path)
+        assert held_elsewhere(db_path)
         old_reaper = gate._reaper
         gate._reset_after_fork()
-        assert not _gate_held(db_path)  # its descriptor closed
+        assert not held_elsewhere(db_path)  # its descriptor closed
         with conn:
             conn.execute("INSERT INTO reaped VALUES (1)")
         assert not gate.disabled and gate._fd is not None
-        assert _gate_held(db_path)  # taken afresh and kept for the turn
+        assert held_elsewhere(db_path)  # taken afresh and kept for the turn
         t0 = gate._taken_at
         new_reaper = gate._reaper
         assert isinstance(new_reaper, threading.Thread) and new_reaper is not old_reaper
         assert new_reaper.is_alive()  # a reaper of its own (in a child the old one is gone)
-        waited = _until(lambda: not _gate_held(db_path), timeout=5)
+        waited = _until(lambda: not held_elsewhere(db_path), timeout=5)
         assert t0 + 0.2 < time.monotonic() and waited < 1.5  # at the turn's end
     finally:
         conn.close()  # type: ignore[attr-defined]
