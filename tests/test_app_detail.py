@@ -306,6 +306,30 @@ async def test_steps_outbox_and_context_panels(tmp_path: Path) -> None:
         assert ctx.value("Session") == "-"
 
 
+async def test_the_outbox_tab_lists_the_runs_own_intents_however_many_others_have(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tab read the database's oldest intents (up to its limit) and kept
+    this run's: past the limit a run's own were missing ("This run has no
+    outbox intents") behind older runs'. It reads this run's only."""
+    from desktop_app.app.screens import detail
+
+    monkeypatch.setattr(detail, "OUTBOX_LIMIT", 2)
+    settings = load_settings(db_path=tmp_path / "t.db")
+    older = [make_run(settings, "counter", Counter()) for _ in range(2)]
+    run_id = make_run(settings, "counter", Counter())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await open_detail(pilot, run_id)
+        await pilot.press("5")  # the Outbox tab
+        await settle(pilot)
+        [intent] = screen.query_one(OutboxTable).intents
+        assert intent.run_id == run_id and intent.intent_id.startswith(f"{run_id}:two:")
+        title = str(screen.query_one("#outbox-title").render())
+        assert title == "0 of 1 delivered here", title
+    assert all(r not in intent.intent_id for r in older)
+
+
 async def test_fork_with_edited_state_makes_a_new_run(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     settings = load_settings(db_path=db)

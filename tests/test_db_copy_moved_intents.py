@@ -8,6 +8,7 @@ second copy of the file is refused naming it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -80,6 +81,8 @@ def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only
     assert list(doc["side_effects_moved"].values()) == [1] and doc["undelivered"] == 0
     listed = [json.loads(x) for x in flowdesk(db_path, "runs", "-o", "jsonl").stdout.splitlines()]
     assert [r["undelivered"] for r in listed if r["run_id"] == done] == [0]  # none queued here
+    # the app's Outbox tab on the file says the same (it listed it "pending")
+    asyncio.run(_outbox_tab_says_moved(db_path, done))
 
     sent: list[tuple[str, str]] = []
     store = open_store(db_path)
@@ -102,6 +105,27 @@ def test_a_queued_side_effect_is_delivered_once_after_db_copy_by_the_server_only
     said = str(again.value)
     for run in (done, waiting):
         assert f"outbox intent {run}:queue:0:0 (run {run}): moved to postgresql" in said, said
+
+
+async def _outbox_tab_says_moved(db_path: Path, run_id: str) -> None:
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.app.widgets.run_tables import OutboxTable
+    from desktop_app.config import load_settings
+    from tests.app_support import settle
+    from tests.test_app_detail import open_detail
+
+    app = FlowdeskApp(load_settings(db_path=db_path), flows=[sender])
+    async with app.run_test(size=(140, 44)) as pilot:
+        screen = await open_detail(pilot, run_id)
+        await pilot.press("5")  # the Outbox tab
+        await settle(pilot)
+        table = screen.query_one(OutboxTable)
+        [intent] = table.intents
+        where = intent.moved_to
+        assert where is not None and where.startswith("postgresql://"), intent
+        assert table.status_of(intent.intent_id) == f"moved to {where}"
+        title = str(screen.query_one("#outbox-title").render())
+        assert title == f"0 of 1 delivered here · 1 moved to {where} by db copy: delivered there"
 
 
 def test_a_side_effect_a_live_dispatcher_of_the_file_has_claimed_makes_the_copy_refuse(

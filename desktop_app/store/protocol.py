@@ -475,8 +475,12 @@ class Outbox(Protocol):  # pragma: no mutate block
     """Side effects a step queued (committed with its checkpoint), delivered
     after commit by dispatchers that claim them."""
 
-    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
-        """Outbox intents with these statuses, oldest first (for display)."""
+    def intents(
+        self, statuses: Sequence[str], limit: int = 100, *, run_id: str | None = None
+    ) -> list[Intent]:
+        """Outbox intents with these statuses, oldest first (for display), at
+        most ``limit``; with ``run_id``, only that run's. An intent ``db
+        copy`` moved has its ``moved_to`` set (it is delivered there)."""
 
     def claim_intents(
         self,

@@ -195,7 +195,7 @@ class Statements:
             "o.attempts, o.receipt, o.last_error"
         )
         self.intents_of_scope = (
-            f"SELECT {self.intent_columns} FROM outbox o JOIN runs r "
+            f"SELECT {self.intent_columns}, o.claimed_by FROM outbox o JOIN runs r "
             f"ON r.run_id=o.run_id WHERE r.scope={p}"
         )
         self.intents_order = f" ORDER BY o.created_at, o.intent_id LIMIT {p}"
@@ -371,10 +371,15 @@ class Statements:
             args.append(agent)
         return sql + " ORDER BY created_at, run_id", args
 
-    def intents(self, scope: str, statuses: Sequence[str], limit: int) -> tuple[str, list[Any]]:
+    def intents(
+        self, scope: str, statuses: Sequence[str], limit: int, run_id: str | None = None
+    ) -> tuple[str, list[Any]]:
         """``Outbox.intents``' statement and its parameters."""
-        cond, cargs = self.dialect.in_list("o.status", statuses)
-        return f"{self.intents_of_scope} AND {cond}{self.intents_order}", [scope, *cargs, limit]
+        cond, args = self.dialect.in_list("o.status", statuses)
+        if run_id is not None:
+            cond += f" AND o.run_id={self.dialect.p}"
+            args.append(run_id)
+        return f"{self.intents_of_scope} AND {cond}{self.intents_order}", [scope, *args, limit]
 
 
 def agent_run_values(scope: str, run: AgentRun, error: str | None) -> tuple[Any, ...]:

@@ -61,6 +61,7 @@ from desktop_app.app.widgets.run_tables import (
     OutboxTable,
     StepsTable,
     WaitsTable,
+    outbox_title,
     resumed_at,
 )
 from desktop_app.app.widgets.state_view import DiffTable, StateTree
@@ -464,18 +465,14 @@ class RunDetailScreen(Screen[None]):
     def load_outbox(self) -> None:
         """Read this run's outbox intents (only when the Outbox tab shows)."""
         run_id = self.run_id
-        got = self.flowdesk.read(lambda s: s.intents(INTENT_STATUSES, limit=OUTBOX_LIMIT))
-        if got is None:
+        mine = self.flowdesk.read(
+            lambda s: s.intents(INTENT_STATUSES, limit=OUTBOX_LIMIT, run_id=run_id)
+        )
+        if mine is None:
             return
         self._outbox_stale = False
-        mine = [i for i in got if i.run_id == run_id]
         self.query_one(OutboxTable).show(mine)
-        title = self.query_one("#outbox-title", Static)
-        if not mine:
-            title.update(Text("This run has no outbox intents.", style="dim"))
-        else:
-            delivered = sum(i.status == "delivered" for i in mine)
-            title.update(Text(f"{delivered} of {len(mine)} delivered"))
+        self.query_one("#outbox-title", Static).update(outbox_title(mine))
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self._fit_tabs()

@@ -3,6 +3,7 @@ their countdowns, outbox intents and the execution context ids."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -470,10 +471,32 @@ INTENT_STATUSES = ("pending", "sending", "delivered", "failed")
 INTENT_STATUS_SHOWN = {"sending": "sending: may have been made (outcome unknown)"}
 
 
+def intent_status(intent: Intent) -> str:
+    """An intent's status as the Outbox tab shows it: one ``db copy`` moved
+    is ``moved to URL`` (that database's dispatchers deliver it, none of
+    this file's), whatever its row here still says."""
+    if intent.moved_to is not None:
+        return f"moved to {intent.moved_to}"
+    return INTENT_STATUS_SHOWN.get(intent.status, intent.status)
+
+
+def outbox_title(intents: Sequence[Intent]) -> Text:
+    """The Outbox tab's title over a run's ``intents``: how many were
+    delivered, and where the ones ``db copy`` moved are delivered."""
+    if not intents:
+        return Text("This run has no outbox intents.", style="dim")
+    moved = Counter(i.moved_to for i in intents if i.moved_to is not None)
+    delivered = sum(i.status == "delivered" and i.moved_to is None for i in intents)
+    title = f"{delivered} of {len(intents)} delivered here"
+    for where, count in moved.items():
+        title += f" · {count} moved to {where} by db copy: delivered there"
+    return Text(title)
+
+
 def intent_cells(intent: Intent) -> tuple[str, ...]:
     """An intent's cells, in :attr:`OutboxTable.COLUMNS` order."""
     return (
-        INTENT_STATUS_SHOWN.get(intent.status, intent.status),
+        intent_status(intent),
         str(intent.attempts),
         intent.step_id,
         intent.destination,

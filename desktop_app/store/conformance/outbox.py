@@ -47,6 +47,19 @@ def listing_intents_and_due_waits_is_paged_by_default(h: Harness) -> None:
     _eq(len(s.due_waits(60.0, limit=1001)), 1001, "due waits with limit=1001")
 
 
+@check("Outbox.intents")
+def intents_of_one_run_are_its_own_whatever_the_others(h: Harness) -> None:
+    s = h.store()
+    first, first_keys = _with_intents(s, 3)
+    second, second_keys = _with_intents(s, 2)
+    got = s.intents(["pending"], run_id=second)
+    _eq([i.intent_id for i in got], second_keys, "only that run's, oldest first")
+    got = s.intents(["pending"], limit=2, run_id=first)
+    _eq([i.intent_id for i in got], first_keys[:2], "only that run's, at most the limit")
+    _eq(s.intents(["delivered"], run_id=first), [], "only the statuses asked for")
+    _eq(s.intents(["pending"], run_id=_id()), [], "a run with none")
+
+
 @check("Outbox.intents", "Outbox.mark_intent", "RunLog.append")
 def intents_commit_with_their_checkpoint(h: Harness) -> None:
     s = h.store()

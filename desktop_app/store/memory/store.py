@@ -573,12 +573,15 @@ class InMemoryCheckpointStore:
 
     # -- outbox --------------------------------------------------------------
 
-    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+    def intents(
+        self, statuses: Sequence[str], limit: int = 100, *, run_id: str | None = None
+    ) -> list[Intent]:
         with self._lock:
             out = [
                 i
                 for i in self._space.outbox.values()
                 if i.status in statuses
+                and (run_id is None or i.run_id == run_id)
                 and i.run_id in self._runs
                 and self._runs[i.run_id].scope == self.scope
             ]

@@ -1991,8 +1991,10 @@ class PostgresCheckpointStore:
 
     # -- outbox ----------------------------------------------------------------
 
-    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
-        sql, args = SQL.intents(self.scope, statuses, limit)
+    def intents(
+        self, statuses: Sequence[str], limit: int = 100, *, run_id: str | None = None
+    ) -> list[Intent]:
+        sql, args = SQL.intents(self.scope, statuses, limit, run_id)
         rows: list[Any] = self._read(lambda conn: conn.execute(sql, args).fetchall())
         return [intent_from_row(r) for r in rows]
 

@@ -1419,10 +1419,12 @@ class SqliteCheckpointStore:
 
     # -- outbox --------------------------------------------------------------
 
-    def intents(self, statuses: Sequence[str], limit: int = 100) -> list[Intent]:
+    def intents(
+        self, statuses: Sequence[str], limit: int = 100, *, run_id: str | None = None
+    ) -> list[Intent]:
         with self._read():
             rows: list[Any] = self.conn.execute(
-                *SQL.intents(self.scope, statuses, limit)
+                *SQL.intents(self.scope, statuses, limit, run_id)
             ).fetchall()
         return [intent_from_row(r) for r in rows]
 
