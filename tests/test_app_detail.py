@@ -275,7 +275,7 @@ async def test_diff_between_a_base_and_the_selected_revision(tmp_path: Path) -> 
 
 async def test_steps_outbox_and_context_panels(tmp_path: Path) -> None:
     settings = load_settings(db_path=tmp_path / "t.db")
-    context = ExecutionContext(tenant_id="acme", user_id="ann", trace_id="t" * 32)
+    context = ExecutionContext(tenant_id="acme", user_id="ann", trace_id="7e" * 16)
     run_id = make_run(settings, "counter", Counter(), context=context)
     app = FlowdeskApp(settings, flows=flows())
     async with app.run_test(size=SIZE) as pilot:
@@ -302,7 +302,7 @@ async def test_steps_outbox_and_context_panels(tmp_path: Path) -> None:
         await pilot.press("6")
         ctx = screen.query_one(ContextTable)
         assert ctx.value("Tenant") == "acme" and ctx.value("User") == "ann"
-        assert ctx.value("Run") == run_id and ctx.value("Trace") == "t" * 32
+        assert ctx.value("Run") == run_id and ctx.value("Trace") == "7e" * 16
         assert ctx.value("Session") == "-"
 
 

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from desktop_app.errors import DomainReadError, QueryRefusedError, StepTimeoutError
 from desktop_app.store import codec
@@ -74,12 +74,38 @@ def _new_trace() -> str:
     return uuid.uuid4().hex
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def trace_id_problem(trace_id: str) -> str | None:
+    """Why ``trace_id`` is not a W3C trace id (32 lowercase hex digits, not
+    all zeros: OpenTelemetry's and the W3C trace-context's), or ``None``
+    when it is one. A run's spans join the trace its context names; with
+    an id that is not one they started a new trace in each process, which
+    the id shown with the run never found."""
+    if len(trace_id) == 32 and _HEX.issuperset(trace_id) and trace_id.strip("0"):
+        return None
+    return (
+        f"trace_id {trace_id!r} is not a W3C trace id (32 lowercase hex digits, not all "
+        "zeros), so the run's spans could not join that trace; give one (an OpenTelemetry "
+        "span's: format(span.get_span_context().trace_id, '032x')) or none, and each new "
+        "run gets its own"
+    )
+
+
+#: :meth:`ExecutionContext.model_validate`'s ``context`` for a context read
+#: back from the database: one an older version stored is taken as it was
+STORED = {"stored": True}
+
+
 class ExecutionContext(BaseModel):
     """Identity of a run, exactly these six ids (Flower's ExecutionContext).
 
     Persisted with the run and restored on every path (resume, waits,
     success, cancel); child runs inherit all but ``run_id``. Identity only:
-    never put domain data here. Immutable.
+    never put domain data here. Immutable. ``trace_id``, when given, is a W3C
+    trace id (32 lowercase hex digits, not all zeros): another is refused
+    (``pydantic.ValidationError``), as the run's spans could not join it.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -90,6 +116,19 @@ class ExecutionContext(BaseModel):
     run_id: str | None = None
     trace_id: str | None = None
     correlation_id: str | None = None
+
+    @field_validator("trace_id")
+    @classmethod
+    def _w3c_trace_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Refuse a ``trace_id`` that is not a W3C trace id
+        (:func:`trace_id_problem`; pydantic's ``ValidationError`` says why),
+        except in a context read back from the database (``STORED``)."""
+        if value is None or (info.context or {}).get("stored"):
+            return value
+        problem = trace_id_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
     def for_run(self, run_id: str) -> ExecutionContext:
         """This context as run ``run_id``'s: its ``run_id`` set, and a trace id

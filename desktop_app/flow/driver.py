@@ -54,6 +54,7 @@ from desktop_app.errors import (
 from desktop_app.flow.answers import suspend_for_answers
 from desktop_app.flow.composite import COMPOSITES, NestedStopped, merge_branches
 from desktop_app.flow.context import (
+    STORED,
     ExecutionContext,
     Interrupt,
     StepContext,
@@ -139,7 +140,9 @@ class RunDriver:
         self.save_lock = threading.RLock()
         self.load(cp, stored_state)
         self.context = (
-            context if context is not None else ExecutionContext.model_validate(dict(run.context))
+            context
+            if context is not None
+            else ExecutionContext.model_validate(dict(run.context), context=STORED)
         )
         self.cancel_event = host.cancel_event(run.run_id)
         self.deleted = False

@@ -43,7 +43,7 @@ from desktop_app.flow import recovery
 from desktop_app.flow.answers import give_answer, refuse_while_asking
 from desktop_app.flow.children import cancel_children
 from desktop_app.flow.clock import Clock, default_clock, trusted_now
-from desktop_app.flow.context import ExecutionContext, StepContext
+from desktop_app.flow.context import STORED, ExecutionContext, StepContext
 from desktop_app.flow.definition import CompiledFlow, WaitStep
 from desktop_app.flow.driver import RunDriver
 from desktop_app.flow.events import EventBus, RunFinished
@@ -568,7 +568,7 @@ class Engine:
         if parent_run_id is not None:
             parent = self.store.get_run(parent_run_id)  # CheckpointNotFoundError: no such run
             if context is None:  # a child run inherits every id of its parent but the run id
-                context = ExecutionContext.model_validate(dict(parent.context))
+                context = ExecutionContext.model_validate(dict(parent.context), context=STORED)
         if context is not None:
             ctx = context.for_run(rid)
         else:  # what ExecutionContext().for_run(rid) gives, made once

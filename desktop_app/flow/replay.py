@@ -23,7 +23,7 @@ from desktop_app.errors import (
     RunStateError,
 )
 from desktop_app.flow.children import latest_readable_meta, merge_journals
-from desktop_app.flow.context import ExecutionContext
+from desktop_app.flow.context import STORED, ExecutionContext
 from desktop_app.flow.definition import AwaitStep, CompiledFlow, WaitStep
 from desktop_app.flow.owners import holding
 from desktop_app.flow.results import IncompatibleRun
@@ -134,7 +134,7 @@ def replay_seed(
     children = merge_journals(cp.meta, latest_readable_meta(store, src_id))
     if children:
         meta["children"] = children
-    context = ExecutionContext.model_validate(dict(src.context))
+    context = ExecutionContext.model_validate(dict(src.context), context=STORED)
     return Seed(f, state, context, src_id, tuple(cp.frontier), kept, meta)
 
 
@@ -178,7 +178,7 @@ def upgrade_seed(
     if waits:  # the next wait of those steps is numbered on from the carried one
         seq = cp.meta.get("wait_seq", {})
         meta["wait_seq"] = {w.step_id: seq[w.step_id] for w in waits if w.step_id in seq}
-    context = ExecutionContext.model_validate(dict(src.context))
+    context = ExecutionContext.model_validate(dict(src.context), context=STORED)
     return Seed(f, state, context, run_id, tuple(cp.frontier), kept, meta, waits)
 
 

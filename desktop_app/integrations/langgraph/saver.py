@@ -70,8 +70,8 @@ try:
 except ModuleNotFoundError as exc:  # the extra is not installed: say which
     raise missing_extra(exc, "langgraph", "Flowdesk's LangGraph integration", "langgraph") from exc
 
-from desktop_app.errors import StoreError, ThreadCorruptError
-from desktop_app.flow.context import ExecutionContext
+from desktop_app.errors import InputError, StoreError, ThreadCorruptError
+from desktop_app.flow.context import ExecutionContext, trace_id_problem
 from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.langgraph.threads import (
     ANSWERED,
@@ -730,10 +730,19 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
         )
 
     def _context(self, configurable: dict[str, Any], thread_id: str) -> str:
+        """The thread's ExecutionContext ids as stored (JSON).
+
+        Raises:
+            InputError: the ``configurable``'s ``trace_id`` is not a W3C
+                trace id (:func:`~desktop_app.flow.context.trace_id_problem`);
+                nothing was stored.
+        """
         ids = self.context.model_dump()
         for name in _ENTRY_FIELDS:
             if isinstance(configurable.get(name), str):
                 ids[name] = configurable[name]
+        if isinstance(ids["trace_id"], str) and (problem := trace_id_problem(ids["trace_id"])):
+            raise InputError(f"the configurable's {problem}")
         ids["run_id"] = thread_id
         return json.dumps({k: v for k, v in ids.items() if v is not None}, sort_keys=True)
 
