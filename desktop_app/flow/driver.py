@@ -625,8 +625,11 @@ class RunDriver:
     ) -> Outcome | Literal["retry"]:
         rec = self.steps[record_id]
         ms = (time.perf_counter() - t0) * 1000
-        message = f"{type(exc).__name__}: {exc}"
-        self.events.publish(StepFinished(self.run_id, StepResult(record_id, "error", message, ms)))
+        kind = type(exc).__name__
+        message = f"{kind}: {exc}"
+        self.events.publish(
+            StepFinished(self.run_id, StepResult(record_id, "error", message, ms, kind))
+        )
         now = self.clock.now()
         policy = self.flow.retry
         retries = step.policy.retry if step.policy.retry > 0 else policy.retries

@@ -20,13 +20,17 @@ log = logging.getLogger(__name__)
 class StepResult:
     """The result record of one step execution (Agentium's StepResult).
 
-    ``status`` is ``done``, ``error`` or ``skipped``; ``duration_ms`` is wall time.
+    ``status`` is ``done``, ``error`` or ``skipped``; ``duration_ms`` is wall
+    time. ``error`` is the step's error as the run records it (``"ValueError:
+    <its message>"``, which may hold state values); ``error_type`` only the
+    exception's class name (``"ValueError"``), for spans and metrics.
     """
 
     name: str
     status: Literal["done", "error", "skipped"]
     error: str | None
     duration_ms: float
+    error_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

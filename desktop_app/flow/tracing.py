@@ -9,7 +9,8 @@ model calls and their tool calls are spans too (:func:`start_run_span`,
 :func:`start_child_span`), named after the OpenTelemetry GenAI semantic
 conventions (``chat <model>``, ``execute_tool <tool>``). Attributes carry ids
 and names only (run, flow, step, status, model, tool), never state, messages,
-tool inputs or secrets.
+tool inputs or secrets; an ERROR status says the exception's class or the
+run's status, never an error's message.
 
     from desktop_app.flow.tracing import trace_engine
     trace_engine(engine)            # uses the global tracer provider
@@ -108,8 +109,10 @@ def start_child_span(
 def end_span(
     span: Any, *, error: str | None = None, attributes: Mapping[str, AttrValue] | None = None
 ) -> None:
-    """Set ``attributes``, mark the span ERROR when ``error`` is given, end it.
-    A ``None`` span is ignored."""
+    """Set ``attributes``, mark the span ERROR when ``error`` is given (its
+    description: an exception's class name or a run's status, never a
+    message, which may hold state, a message's text or a key), end it. A
+    ``None`` span is ignored."""
     if span is None:
         return
     from opentelemetry.trace import Status, StatusCode
@@ -161,9 +164,10 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
                     )
             elif isinstance(event, StepFinished):
                 span = steps.pop((event.run_id, event.result.name), None)
+                # the exception's class only: its message may hold state or a key
                 end_span(
                     span,
-                    error=(event.result.error or "error")
+                    error=(event.result.error_type or "error")
                     if event.result.status == "error"
                     else None,
                     attributes={"flowdesk.status": event.result.status},
@@ -171,9 +175,10 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
             elif isinstance(event, RunFinished):
                 span = runs.pop(event.run_id, None)
                 failed = event.status in ("failed", "timed_out")
+                # the status only: the run's error holds its step's message
                 end_span(
                     span,
-                    error=(event.error or event.status) if failed else None,
+                    error=event.status if failed else None,
                     attributes={"flowdesk.status": event.status},
                 )
 
