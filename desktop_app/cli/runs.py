@@ -152,6 +152,15 @@ def agent_row(r: Any, now: float) -> dict[str, Any]:
     }
 
 
+def _context_is(context: Any, *, tenant: str | None, session: str | None) -> bool:
+    """Whether a run's ExecutionContext ids (a mapping) are ``--tenant``'s
+    and ``--session``'s (each only when given)."""
+    ids = context or {}
+    return (tenant is None or ids.get("tenant_id") == tenant) and (
+        session is None or ids.get("session_id") == session
+    )
+
+
 def cmd_runs(ctx: Ctx) -> int:
     a = ctx.args
     sv = ctx.services()
@@ -168,9 +177,11 @@ def cmd_runs(ctx: Ctx) -> int:
             made_by = _being_made(sv.checkpoints, r.run_id, now) if sending.get(r.run_id) else {}
             row = flow_row(r, now, undelivered.get(r.run_id, 0), sending.get(r.run_id, 0), made_by)
             rows.append((r.created_at, row))
-    if a.kind in (None, "agent") and a.tenant is None and a.session is None:
+    if a.kind in (None, "agent"):
         for ar in sv.agents.list(agent=a.flow):
             if ar.parent_run_id and not a.children:
+                continue
+            if not _context_is(ar.context, tenant=a.tenant, session=a.session):
                 continue
             as_shown = display_status(ar, now)
             if wanted and not ({as_shown, AGENT_AS_FLOW_STATUS.get(as_shown)} & wanted):

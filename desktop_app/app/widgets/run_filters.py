@@ -176,8 +176,8 @@ class RunFilter:
 
     @property
     def wants_agents(self) -> bool:
-        """Whether agent runs can pass (not with another kind, tenant or session)."""
-        return self.kind in (None, "agent") and not self.tenant and not self.session
+        """Whether agent runs can pass (not with another kind)."""
+        return self.kind in (None, "agent")
 
     @property
     def wants_flows(self) -> bool:
@@ -202,8 +202,9 @@ class RunFilter:
 
     def agent_runs(self, agents: AgentLister) -> list[AgentRun]:
         """Top-level agent runs passing the filters (status in the flow
-        vocabulary; the search text as a run-id prefix or the start of the
-        agent's name), any order."""
+        vocabulary; tenant and session from their ExecutionContext ids; the
+        search text as a run-id prefix or the start of the agent's name),
+        any order."""
         if not self.wants_agents:
             return []
         now = time.time()
@@ -212,6 +213,8 @@ class RunFilter:
             for r in agents.list(agent=self.flow)
             if r.parent_run_id is None
             and (self.status is None or self._status_is(agent_status_as_flow(r.status), r, now))
+            and (not self.tenant or r.context.get("tenant_id") == self.tenant)
+            and (not self.session or r.context.get("session_id") == self.session)
             and (
                 not self.search
                 or (is_id_prefix(self.search) and r.run_id.startswith(self.search))
