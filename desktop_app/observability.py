@@ -9,15 +9,22 @@
   secret query parameters of any URL, should one reach a record.
 * Spans are exported over OTLP/HTTP when the standard
   ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is
-  set (the SDK itself honours ``OTEL_SDK_DISABLED=true``). Everything else follows
+  set and ``OTEL_SDK_DISABLED`` is not ``true``. Everything else follows
   the OpenTelemetry SDK's own environment handling (headers, timeout,
   compression, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, batch
   sizes): Flowdesk only builds ``OTLPSpanExporter()`` and a batch processor.
-  Needs ``pip install 'flowdesk[otel]'``; without it a warning says so.
+  Needs ``pip install 'flowdesk[otel]'``; without it a warning says so. The
+  SDK's own log records (a collector that does not answer: "Transient error
+  ... retrying") go to the log file, not the terminal; at exit the spans
+  still queued get :data:`EXIT_FLUSH_S` seconds to leave, then the export
+  stops (the SDK's own exit hook retried an unreachable collector for up to
+  its 10 s timeout after every command), and a command says on stderr that
+  they were not exported.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import logging.handlers
@@ -38,13 +45,18 @@ from desktop_app.private import make_private_dirs
 log = logging.getLogger(__name__)
 
 #: libraries whose log records go to Flowdesk's log file, never to the terminal
-LIBRARY_LOGGERS = ("psycopg",)
+LIBRARY_LOGGERS = ("psycopg", "opentelemetry")
 #: loggers whose warnings a command also prints on stderr as they happen: the
 #: person at the terminal acts on them (a Ctrl-C that waits for a Pydantic AI
 #: tool call in flight to end says so, and how to stop at once)
 STDERR_LOGGERS = ("desktop_app.integrations.pydantic_ai.durability",)
 
 LOG_FILE = "flowdesk.log"
+
+#: seconds the spans still queued at exit get to reach the collector (the
+#: SDK's exit hook waits up to the export timeout, 10 s by default, with
+#: retries, when the collector is down or slow)
+EXIT_FLUSH_S = 3.0
 _lock = threading.Lock()
 _done: dict[str, Any] = {}
 _secrets: set[str] = set()
@@ -186,16 +198,47 @@ def warnings_on_stderr() -> None:
 
 
 def otlp_requested() -> bool:
-    """Whether the environment names an OTLP endpoint; the SDK reads the
-    values (and ``OTEL_SDK_DISABLED``) itself."""
+    """Whether the environment names an OTLP endpoint and does not disable
+    the SDK (``OTEL_SDK_DISABLED=true``, any case, as the SDK reads it); the
+    SDK reads the values itself."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
     names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     return any(os.environ.get(n) for n in names)
 
 
-def setup_tracing() -> bool:
+def _flush_at_exit(provider: Any, exporter: Any, *, tell: bool) -> None:
+    """The queued spans get :data:`EXIT_FLUSH_S` to reach the collector: the
+    provider shuts down (exporting them) in a thread this waits for that
+    long (the SDK's own waits ignore their timeouts); then the exporter is
+    shut down, which stops its retries, and what is left is dropped. With
+    ``tell``, a line on stderr says when the last export failed. A Ctrl-C
+    while it waits ends the wait (no traceback: the work is done)."""
+    done = threading.Thread(target=provider.shutdown, name="flowdesk-otel-exit", daemon=True)
+    try:
+        done.start()
+        done.join(EXIT_FLUSH_S)
+        if done.is_alive():
+            exporter.shutdown()  # its retries stop; an export in flight fails
+            done.join(0.5)
+    except KeyboardInterrupt:
+        return
+    if exporter.failed or done.is_alive():  # failed, or still waiting for an answer
+        log.warning("spans not exported: the collector did not take them in %s s", EXIT_FLUSH_S)
+        if tell:
+            print(
+                "flowdesk: spans not exported: the OTLP collector did not take them within "
+                f"{EXIT_FLUSH_S:g} s (is it running? see OTEL_EXPORTER_OTLP_ENDPOINT)",
+                file=sys.stderr,
+            )
+
+
+def setup_tracing(*, tell_at_exit: bool = False) -> bool:
     """Install an SDK tracer provider exporting over OTLP/HTTP when
     :func:`otlp_requested`; returns whether spans are exported. Idempotent.
-    Spans still queued are flushed when the process exits normally."""
+    Spans still queued are flushed when the process exits normally, for at
+    most :data:`EXIT_FLUSH_S` seconds (``tell_at_exit``: a line on stderr
+    says when they could not all be sent; a command, never the app)."""
     with _lock:
         if "tracing" in _done:
             return bool(_done["tracing"])
@@ -207,7 +250,19 @@ def setup_tracing() -> bool:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import SERVICE_NAME, Resource
             from opentelemetry.sdk.trace import TracerProvider
-            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+
+            class _Exporter(OTLPSpanExporter):
+                """The SDK's OTLP/HTTP exporter, remembering whether its last
+                export failed (said at exit)."""
+
+                failed = False
+
+                def export(self, spans: Any) -> SpanExportResult:
+                    result = super().export(spans)
+                    self.failed = result is not SpanExportResult.SUCCESS
+                    return result
+
         except ImportError:
             log.warning("OTLP endpoint set but OpenTelemetry is not installed")
             print(
@@ -219,18 +274,21 @@ def setup_tracing() -> bool:
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
         if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: APP_NAME}))
-        provider = TracerProvider(resource=resource)  # shut down (flushed) at exit
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        exporter = _Exporter()
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        atexit.register(_flush_at_exit, provider, exporter, tell=tell_at_exit)
         trace.set_tracer_provider(provider)
         log.info("exporting spans over OTLP/HTTP as service %s", resource.attributes[SERVICE_NAME])
         _done["tracing"] = True
         return True
 
 
-def setup(settings: Settings) -> None:
-    """Logs and tracing for this process (see the module docstring)."""
+def setup(settings: Settings, *, command: bool = False) -> None:
+    """Logs and tracing for this process (see the module docstring);
+    ``command``: a command, not the app (its terminal may be told things)."""
     setup_logging(settings)
-    setup_tracing()
+    setup_tracing(tell_at_exit=command)
 
 
 def instrument_engine(engine: Any) -> None:

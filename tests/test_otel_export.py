@@ -140,13 +140,67 @@ def test_without_an_endpoint_nothing_is_exported(tmp_path, receiver):
     (folder / "a.txt").write_text("x\n")
     args = ("run", "digest", "--folder", str(folder), "--out", str(tmp_path / "o"), "--quiet")
     assert flowdesk(db, *args, env={}).returncode == 0
-    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SDK_DISABLED": "true"}
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    before = log.read_text() if log.exists() else ""
+    disabled = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_SDK_DISABLED": "True"}
     assert flowdesk(db, *args, env=disabled).returncode == 0  # the SDK's own switch
     assert receiver.spans == [] and receiver.paths == []
+    # and the log does not claim an export (it said "exporting spans over OTLP/HTTP")
+    assert "exporting spans" not in log.read_text()[len(before) :]
     assert (
         flowdesk(db, *args, env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint}).returncode == 0
     )
     assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}  # the control
+
+
+def test_a_collector_that_is_down_costs_a_command_a_few_seconds_at_most_and_it_says_so(
+    tmp_path, receiver
+):
+    """A tryout: with the collector down, every command that ran something
+    waited ~8-10 s at exit (the SDK's exit hook retrying), printing the
+    SDK's raw "Transient error ... retrying" lines. The queued spans get
+    EXIT_FLUSH_S, the SDK's lines go to the log file, and one line says
+    what happened. Measured against the same command with no endpoint."""
+    import socket
+    import time
+
+    from desktop_app.observability import EXIT_FLUSH_S
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply", env={}).returncode == 0
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "a.txt").write_text("x\n")
+    args = ("run", "digest", "--folder", str(folder), "--quiet")
+    t0 = time.monotonic()
+    base = flowdesk(db, *args, "--out", str(tmp_path / "o1"), env={})
+    baseline = time.monotonic() - t0
+    t0 = time.monotonic()
+    out = flowdesk(
+        db, *args, "--out", str(tmp_path / "o2"), env={"OTEL_EXPORTER_OTLP_ENDPOINT": down}
+    )
+    took = time.monotonic() - t0
+    assert base.returncode == 0 and out.returncode == 0, out.stderr
+    assert took - baseline < EXIT_FLUSH_S + 2.5, (took, baseline)  # was ~8 s more
+    assert out.stderr.splitlines() == [
+        f"flowdesk: spans not exported: the OTLP collector did not take them within "
+        f"{EXIT_FLUSH_S:g} s (is it running? see OTEL_EXPORTER_OTLP_ENDPOINT)"
+    ], out.stderr
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    assert "opentelemetry" in log.read_text()  # the SDK's own lines, kept there
+    # a collector that answers: no such line
+    ok = flowdesk(
+        db,
+        *args,
+        "--out",
+        str(tmp_path / "o3"),
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint},
+    )
+    assert ok.returncode == 0 and ok.stderr == "", ok.stderr
+    assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}
 
 
 def test_log_file_is_private_rotating_at_the_settings_level_and_masks_secrets(tmp_path):

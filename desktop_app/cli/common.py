@@ -244,7 +244,7 @@ class Ctx:
             self._settings = load_settings(
                 db_path=given(self.args.db), scope=given(self.args.scope)
             )
-            setup(self._settings)  # log file, OTLP export
+            setup(self._settings, command=command)  # log file, OTLP export
             if command:  # the app's screen is the terminal
                 warnings_on_stderr()
             log.info("command %s started (pid %d)", self.args.command or "app", os.getpid())
