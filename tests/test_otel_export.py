@@ -203,6 +203,52 @@ def test_a_collector_that_is_down_costs_a_command_a_few_seconds_at_most_and_it_s
     assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}
 
 
+def test_a_run_stopped_by_sigterm_ends_its_spans_interrupted_and_its_resume_joins_the_trace(
+    tmp_path, receiver
+):
+    """A tryout: SIGTERM (or Ctrl-C) on ``flowdesk start`` lost the run's and
+    the step's open spans (an orphan ``step s0`` in the trace, nothing of the
+    attempt that was stopped). They end at exit as ``interrupted``; the
+    printed resume's spans join the same trace."""
+    import json
+    import signal
+    import time
+
+    from tests import sigterm_flows
+    from tests.cli_support import as_printed, spawn
+
+    db = tmp_path / "f.db"
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "FLOWDESK_FLOWS": sigterm_flows.FLOWS_ENV,
+    }
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    given = json.dumps({"sink": str(sink), "gate": str(gate)})
+    proc = spawn("--db", str(db), "start", "effects", "--input", given, env=env)
+    deadline = time.monotonic() + 60
+    while "begin s1" not in (sink.read_text() if sink.exists() else ""):
+        assert proc.poll() is None and time.monotonic() < deadline, "s1 never began"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    ((run_id, trace_id),) = contexts(db, "runs").items()
+    spans = {s.name: s for s in receiver.spans}
+    assert spans["run effects"].attributes["flowdesk.run_id"] == run_id
+    run, s1 = spans["run effects"], spans["step s1"]
+    assert (run.trace_id, run.attributes["flowdesk.status"]) == (trace_id, "interrupted")
+    assert s1.attributes["flowdesk.status"] == "interrupted" and s1.status_code == 2  # ERROR
+    assert s1.parent_span_id == run.span_id == spans["step s0"].parent_span_id
+    gate.touch()
+    [hint] = [ln for ln in err.splitlines() if "to continue" in ln]
+    resume = hint.split("run `", 1)[1].split("`", 1)[0]
+    again = as_printed(resume, env={**os.environ, **env})
+    assert again.returncode == 0, again.stderr
+    resumed = [s for s in receiver.spans if s.name == "step s1" and s is not s1]
+    assert [s.trace_id for s in resumed] == [trace_id]  # the same trace
+
+
 def test_log_file_is_private_rotating_at_the_settings_level_and_masks_secrets(tmp_path):
     home = Path(os.environ["HOME"])
     script = """

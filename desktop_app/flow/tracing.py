@@ -18,6 +18,7 @@ run's status, never an error's message.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import secrets
 import threading
@@ -124,8 +125,20 @@ def end_span(
     span.end()
 
 
+#: seconds the exit hook waits for an event being recorded to end (a thread
+#: of the engine may hold the recorder's lock as the process exits)
+EXIT_LOCK_S = 1.0
+
+
 def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], None]:
     """Subscribe a span recorder to ``engine.events``; returns the unsubscribe function.
+
+    A run this process stops before its end (SIGTERM, Ctrl-C, the app
+    closing) publishes no finish: at the process's exit its open spans end
+    with ``flowdesk.status`` ``interrupted`` (the step attempt's span as an
+    ERROR ``interrupted``, as an agent run's model call), so its trace
+    shows where it stopped; the run's next attempt joins the same trace.
+    ``kill -9`` leaves no exit hook to run: those spans are lost.
 
     Raises:
         ImportError: OpenTelemetry is not installed (the message gives the
@@ -182,5 +195,24 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
                     attributes={"flowdesk.status": event.status},
                 )
 
-    unsubscribe: Callable[[], None] = engine.events.subscribe(on_event)
+    def end_open() -> None:
+        if not lock.acquire(timeout=EXIT_LOCK_S):
+            return
+        try:
+            for span in steps.values():
+                end_span(span, error="interrupted", attributes={"flowdesk.status": "interrupted"})
+            for span in runs.values():
+                end_span(span, attributes={"flowdesk.status": "interrupted"})
+            steps.clear()
+            runs.clear()
+        finally:
+            lock.release()
+
+    stop_recording: Callable[[], None] = engine.events.subscribe(on_event)
+    atexit.register(end_open)  # before the provider's own exit hook (last in, first out)
+
+    def unsubscribe() -> None:
+        stop_recording()
+        atexit.unregister(end_open)
+
     return unsubscribe
