@@ -180,6 +180,8 @@ TESTS_FOR: dict[str, list[str]] = {
         "tests/test_serve_threads.py",
         "tests/test_mutation_kills_driver_more.py",
         "tests/test_mutation_kills_engine_in_hand.py",
+        # signal/publish: the payload's refusal, the runs judged and woken
+        "tests/test_mutation_kills_engine_signals.py",
     ],
     "desktop_app/flow/events.py": [
         *_ENGINE,
