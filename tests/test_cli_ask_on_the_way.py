@@ -61,7 +61,7 @@ def test_ask_resume_after_kill_9_streams_shows_tools_and_logs_the_takeover(tmp_p
     assert "recorded: " in shown.stdout
     log = log_text()
     assert f"run {run_id} started" in log and f"run {run_id} ended done" in log
-    assert re.search(rf"run {run_id} taken over from \S+ \(dead\)", log), log
+    assert re.search(rf"run {run_id}: \S+ takes it over from \S+ \(owner gone\)", log), log
     assert f"run {run_id} resumed" in log
     assert "command ask started" in log and "command ask exited 0" in log
     assert "sk-never-in-the-log" not in log
@@ -82,7 +82,7 @@ def test_a_flow_run_logs_its_start_end_and_takeover(tmp_path: Path) -> None:
         assert resumed.returncode == 0, resumed.stderr + resumed.stdout
     (run_id,) = re.findall(r"run (\w+) of flow digest created", log_text())
     log = log_text()
-    assert re.search(rf"run {run_id}: \S+ takes it over from \S+ \(dead\)", log), log
+    assert re.search(rf"run {run_id}: \S+ takes it over from \S+ \(owner gone\)", log), log
     assert f"run {run_id} of flow digest resumed" in log
     assert f"run {run_id} stopped here: completed" in log
     assert f"agent digest-summary: run {run_id}:todo.md ended done" in log

@@ -164,7 +164,7 @@ def test_resuming_a_run_whose_lease_expired_logs_who_takes_it_from_whom(db_path,
     now = clock.now()
     open_store(db_path).claim(rid, Lease(OTHER, now + 5.0, math.inf), math.inf)
     clock.advance(10.0)
-    with caplog.at_level(logging.INFO, logger="desktop_app.flow.engine"):
+    with caplog.at_level(logging.INFO, logger="desktop_app"):
         r = engine.resume(rid)
     assert (r.status, r.state.n) == ("completed", 1)
     said = [rec.getMessage() for rec in caplog.records]
@@ -181,11 +181,11 @@ def test_resuming_a_run_held_by_an_exited_process_logs_it_as_dead(db_path, caplo
     rid = engine.start("quick", {})
     now = clock.now()
     open_store(db_path).claim(rid, Lease(dead, now + 3600.0, math.inf), math.inf)
-    with caplog.at_level(logging.INFO, logger="desktop_app.flow.engine"):
+    with caplog.at_level(logging.INFO, logger="desktop_app"):
         r = engine.resume(rid)  # its lease has not expired: taken because its holder exited
     assert (r.status, r.state.n) == ("completed", 1)
     said = [rec.getMessage() for rec in caplog.records]
-    assert f"run {rid}: {engine.owner} takes it over from {dead} (dead)" in said
+    assert f"run {rid}: {engine.owner} takes it over from {dead} (owner gone)" in said
 
 
 def test_an_injected_clock_decides_whether_a_lease_has_expired(db_path):

@@ -211,20 +211,20 @@ def test_a_takeover_and_a_resume_are_logged_naming_both_owners(astore, caplog):
     astore.claim(rid, gone, clock.now() + 1000, 0.0)
     astore.update(rid, clock.now(), status="failed")
     caplog.clear()  # the ask's own lines, let through where logging was configured before
-    with caplog.at_level(logging.INFO, logger="desktop_app.agent.runtime"):
+    with caplog.at_level(logging.INFO, logger="desktop_app"):
         assert agent.resume(rid).text == "a"
     assert caplog.messages[:2] == [
-        f"agent helper: run r1 taken over from {gone} (dead) by {agent.owner}",
+        f"agent helper: run r1: {agent.owner} takes it over from {gone} (owner gone)",
         "agent helper: run r1 resumed (status was failed)",
     ]
     astore.update(rid, clock.now(), status="failed", messages=[{"role": "user", "content": "more"}])
     astore.claim(rid, THIEF, clock.now() + 5, math.inf, takes_over=astore.get(rid).lease_owner)
     clock.advance(5.0)
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="desktop_app.agent.runtime"):
+    with caplog.at_level(logging.INFO, logger="desktop_app"):
         assert agent.resume(rid).text == "b"
     assert caplog.messages[:2] == [
-        f"agent helper: run r1 taken over from {THIEF} (expired) by {agent.owner}",
+        f"agent helper: run r1: {agent.owner} takes it over from {THIEF} (lease expired)",
         "agent helper: run r1 resumed (status was failed)",
     ]
     caplog.clear()

@@ -304,7 +304,7 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
     releases it first); the run is left as it was when nothing ran.
 
     A run taken over from a dead or expired owner is logged so
-    (``agent NAME: run ID taken over from OLD (dead) by OWNER``).
+    (``agent NAME: run ID: OWNER takes it over from OLD (owner gone)``).
 
     Yields:
         str: the lease owner (``host:pid:nonce``).
@@ -317,21 +317,18 @@ def claimed_run(store: AgentLog, run_id: str) -> Iterator[str]:
             system clock (SQLite, :func:`~desktop_app.flow.clock.default_clock`);
             nothing was taken or run.
     """
-    import logging
 
     from desktop_app.agent.leases import claim_agent_run, holding_agent_run
     from desktop_app.flow.clock import default_clock
     from desktop_app.flow.owners import new_owner
+    from desktop_app.store.leases_log import log_agent_takeover
 
     owner = new_owner()
     clock = default_clock(store)  # a skewed clock takes nothing (ClockSkewError)
     run = store.get(run_id)
     took = claim_agent_run(store, run, owner, CLAIM_LEASE_S, clock.now())
     if took is not None:  # logged as Agent logs its own takeovers
-        logging.getLogger(__name__).info(
-            "agent %s: run %s taken over from %s (%s) by %s",
-            run.agent, run_id, took[0], took[1], owner,
-        )  # fmt: skip
+        log_agent_takeover(run.agent, run_id, owner, took)
     # renewed while the block runs: an npx server's start-up can outlast the
     # lease, and a worker on another host would take an expired one over
     with holding_agent_run(store, run_id, owner, CLAIM_LEASE_S, clock):

@@ -143,6 +143,7 @@ from desktop_app.flow.clock import Clock, default_clock
 from desktop_app.flow.context import ExecutionContext, StepContext
 from desktop_app.flow.owners import holding, new_owner
 from desktop_app.flow.retry import Backoff
+from desktop_app.store.leases_log import log_agent_takeover
 from desktop_app.store.protocol import (
     AGENT_ENDED,
     AGENT_TERMINAL,
@@ -689,10 +690,7 @@ class Agent:
         taking over one dead owner's run at once, exactly one wins."""
         took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
         if took is not None:
-            log.info(
-                "agent %s: run %s taken over from %s (%s) by %s",
-                self.name, run.run_id, took[0], took[1], self.owner,
-            )  # fmt: skip
+            log_agent_takeover(self.name, run.run_id, self.owner, took)
         log.info("agent %s: run %s resumed (status was %s)", self.name, run.run_id, run.status)
 
     def _drive(self, run_id: str, stream: bool) -> Generator[AgentEvent, None, None]:

@@ -78,6 +78,7 @@ from desktop_app.flow.step_call import Canceled
 from desktop_app.flow.waiting import expected_type, fitted_state
 from desktop_app.flow.waiting import wake as wake_waiting
 from desktop_app.store.group_commit import AppendRequest, BatchAppender, GroupCommitter
+from desktop_app.store.leases_log import log_takeovers
 from desktop_app.store.protocol import (
     PENDING_STATUSES,
     RUNNABLE_STATUSES,
@@ -803,8 +804,7 @@ class Engine:
         run_id = run.run.run_id
         if takeover is not None:
             holder, dead = takeover
-            state = "dead" if dead else "lease expired"
-            log.info("run %s: %s takes it over from %s (%s)", run_id, self.owner, holder, state)
+            log_takeovers(self.owner, [(run_id, holder, not dead)])
         log.info("run %s of flow %s resumed (status was %s)", run_id, f.name, run.run.status)
         return driver
 

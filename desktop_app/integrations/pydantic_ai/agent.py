@@ -59,6 +59,7 @@ from desktop_app.flow.clock import Clock, default_clock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
 from desktop_app.integrations.pydantic_ai.durability import CURRENT, FlowdeskDurability, RunJournal
+from desktop_app.store.leases_log import log_agent_takeover
 from desktop_app.store.protocol import AgentLog, AgentRun, AgentStatus
 
 log = logging.getLogger(__name__)
@@ -312,10 +313,7 @@ class FlowdeskAgent:
                 parse_decision(answer)  # neither yes nor no: refused before the lease
             took = claim_agent_run(self.store, run, self.owner, self.lease_ttl_s, self.clock.now())
             if took is not None:
-                log.info(
-                    "agent %s: run %s taken over from %s (%s) by %s",
-                    self.name, run_id, took[0], took[1], self.owner,
-                )  # fmt: skip
+                log_agent_takeover(self.name, run_id, self.owner, took)
             log.info("agent %s: run %s resumed (status was %s)", self.name, run_id, run.status)
             if request is not None and answer is not None:
                 try:  # answered elsewhere between the read and the lease? refused
