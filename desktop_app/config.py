@@ -363,6 +363,12 @@ class Settings(BaseSettings):
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
     theme: str | None = None
 
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        """``debug`` is ``DEBUG`` (as ``logging`` and most tools take it)."""
+        return value.strip().upper() if isinstance(value, str) else value
+
     @field_validator("scope")
     @classmethod
     def _named_scope(cls, value: str) -> str:

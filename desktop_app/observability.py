@@ -127,13 +127,38 @@ class _SecretMask(logging.Filter):
 
 
 class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
-    """A rotating log whose files are created mode 0600."""
+    """A rotating log whose files are mode 0600 (created so, or made so: one
+    an older version or another program left readable), shared by every
+    process of the user: a process that finds the file rotated by another
+    since it opened it (renamed to ``.1``) opens the new one, as
+    :class:`logging.handlers.WatchedFileHandler` does, instead of writing
+    on into the old file and rotating it again (a tryout: a long-lived
+    ``flowdesk agent`` pushed a 1 KiB current log to ``.1``)."""
 
     def _open(self) -> io.TextIOWrapper:
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            if os.fstat(fd).st_mode & 0o777 != 0o600:
+                os.fchmod(fd, 0o600)
+        except OSError:  # not ours to change: written to as it is
+            pass
         stream = open(fd, "a", encoding=self.encoding, errors=self.errors)  # noqa: SIM115
         assert isinstance(stream, io.TextIOWrapper)
         return stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stream = self.stream
+        if stream is not None:
+            try:
+                now = os.stat(self.baseFilename)
+                mine = os.fstat(stream.fileno())
+                moved = (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
+            except OSError:  # renamed and not made again yet, or closed
+                moved = True
+            if moved:
+                stream.close()
+                self.stream = self._open()
+        super().emit(record)
 
 
 def setup_logging(settings: Settings) -> Path | None:

@@ -7,6 +7,7 @@ import importlib
 import os
 import sqlite3
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -284,6 +285,53 @@ for i in range(12000):
     assert "hidden at INFO" not in text
     bad = flowdesk(tmp_path / "f.db", "runs", env={"FLOWDESK_LOG_LEVEL": "LOUD"})
     assert bad.returncode == 2 and "log_level" in bad.stderr
+
+
+def test_the_log_is_shared_by_processes_rotating_it_once_and_made_private(tmp_path):
+    """A tryout: a long-lived process (``flowdesk agent``) went on writing to
+    the file another process had rotated to ``.1``, then rotated it again,
+    pushing a small current log out; a log an older version left 0644
+    stayed so; ``FLOWDESK_LOG_LEVEL=debug`` was refused."""
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("an older line\n")
+    log.chmod(0o644)
+    gate = tmp_path / "gate"
+    setup = (
+        "import logging, pathlib, sys, time\n"
+        "from desktop_app.config import load_settings\n"
+        "from desktop_app.observability import setup_logging\n"
+        "setup_logging(load_settings())\n"
+        "log = logging.getLogger('desktop_app.demo')\n"
+    )
+    long_lived = setup + (
+        "log.info('long-lived first')\n"
+        "print('ready', flush=True)\n"
+        f"while not pathlib.Path({str(gate)!r}).exists(): time.sleep(0.02)\n"
+        "log.info('long-lived after the rotation')\n"
+    )
+    a = cli_forkserver.popen(
+        [sys.executable, "-c", long_lived], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        assert a.stdout is not None and a.stdout.readline().strip() == "ready"
+        assert stat.S_IMODE(log.stat().st_mode) == 0o600  # made private when opened
+        filler = setup + "for i in range(12000): log.info('filler %05d %s', i, 'x' * 80)\n"
+        b = cli_forkserver.run_argv(
+            [sys.executable, "-c", filler], capture_output=True, text=True, cwd=REPO, timeout=120
+        )
+        assert b.returncode == 0, b.stderr
+        gate.touch()
+        assert a.wait(timeout=60) == 0
+    finally:
+        if a.poll() is None:
+            a.kill()
+    current, older = log.read_text(), log.with_name("flowdesk.log.1").read_text()
+    assert "long-lived after the rotation" in current, current[-300:]
+    assert "long-lived first" in older and len(older) > 1_000_000  # rotated once, by b
+    assert not log.with_name("flowdesk.log.2").exists()
+    quiet = flowdesk(tmp_path / "f.db", "db", "apply", env={"FLOWDESK_LOG_LEVEL": "debug"})
+    assert quiet.returncode == 0, quiet.stderr
 
 
 def test_an_unwritable_log_folder_is_a_warning_not_a_failure(tmp_path):
