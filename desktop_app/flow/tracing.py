@@ -19,10 +19,11 @@ run's status, never an error's message.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import secrets
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from desktop_app.flow.engine import Engine
@@ -105,6 +106,21 @@ def start_child_span(
     return _tracer(tracer_provider).start_span(
         name, context=trace.set_span_in_context(parent), attributes=dict(attributes)
     )
+
+
+@contextlib.contextmanager
+def current(span: Any) -> Iterator[None]:
+    """Make ``span`` the current span while the block runs, so spans others
+    start in it (a framework's own instrumentation: Pydantic AI's
+    ``instrument=True``) are its children; nothing when ``span`` is ``None``.
+    Does not end it."""
+    if span is None:
+        yield
+        return
+    from opentelemetry import trace
+
+    with trace.use_span(span, end_on_exit=False):
+        yield
 
 
 def end_span(

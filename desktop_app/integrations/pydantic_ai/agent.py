@@ -55,6 +55,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunStateError,
 )
+from desktop_app.flow import tracing
 from desktop_app.flow.clock import Clock, default_clock
 from desktop_app.flow.context import ExecutionContext
 from desktop_app.flow.owners import new_owner
@@ -388,10 +389,39 @@ class FlowdeskAgent:
     async def _drive(
         self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
     ) -> FlowdeskRunResult:
-        # the app's quit stops it once its unit in flight ended, and waits
-        # until its lease is given back (the store closes after it)
-        with driving():
-            return await self._drive_held(run, deps, handler)
+        """Drive ``run`` inside its span (``invoke_agent <name>`` in the trace
+        id of its context, as a Flowdesk agent run's; current while it runs,
+        so the agent's own instrumentation nests under it), ended with the
+        run's status (``interrupted`` when it stopped before an end)."""
+        span = tracing.start_run_span(
+            f"invoke_agent {self.name}",
+            run.context.get("trace_id"),
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.name,
+                "flowdesk.run_id": run.run_id,
+            },
+        )
+        status = "interrupted"
+        try:
+            # the app's quit stops it once its unit in flight ended, and waits
+            # until its lease is given back (the store closes after it)
+            with driving(), tracing.current(span):
+                result = await self._drive_held(run, deps, handler)
+            status = result.status
+            return result
+        except AgentRunCanceledError:
+            status = "canceled"
+            raise
+        except Exception:
+            status = "failed"
+            raise
+        finally:
+            tracing.end_span(
+                span,
+                error=status if status in ("failed",) else None,
+                attributes={"flowdesk.status": status},
+            )
 
     async def _drive_held(
         self, run: AgentRun, deps: Any, handler: EventStreamHandler[Any] | None
