@@ -57,6 +57,9 @@ def test_runs_tenant_and_session_list_the_agent_runs_of_that_tenant_and_session(
     assert listed(db, "--tenant", "initech", "--children") == [CHILD, MINE]
     assert listed(db, "--tenant", "initech", "--session", "s-2") == []
     assert listed(db, "--kind", "agent") == [OTHER, MINE]  # no filter: every top-level one
+    out = flowdesk(db, "runs", "--tenant", "initech", "-o", "jsonl")
+    [row] = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["context"] == {"run_id": MINE, "tenant_id": "initech", "session_id": "s-1"}
     shown = flowdesk(db, "runs", "--tenant", "nobody")
     assert shown.returncode == 0 and shown.stdout.strip() == "no runs", shown.stdout
 

@@ -107,7 +107,9 @@ def flow_row(
     of those by a live process (owner id -> how many,
     :func:`~desktop_app.runs_view.sending_split`), the rest may have been made;
     ``holder_stopped`` the pid of its lease holder when that is a stopped
-    process of this host (Ctrl-Z: it runs nothing until continued), else null."""
+    process of this host (Ctrl-Z: it runs nothing until continued), else null;
+    ``context`` its ExecutionContext ids (tenant, user, session, run, trace,
+    correlation; those it has)."""
     shown = display_status(r, now)
     return {
         "kind": "flow",
@@ -128,6 +130,7 @@ def flow_row(
         "sending": sending,
         "being_made": dict(being_made or {}),
         "holder_stopped": stopped_holder(r) if shown in ("running", "pending") else None,
+        "context": dict(r.context or {}),
     }
 
 
@@ -149,6 +152,7 @@ def agent_row(r: Any, now: float) -> dict[str, Any]:
         "retry_at": iso(r.retry_at),
         "lease_owner": r.lease_owner,
         "lease_expires_at": iso(r.lease_expires_at),
+        "context": dict(r.context or {}),
     }
 
 
