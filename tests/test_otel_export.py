@@ -204,6 +204,7 @@ def test_a_collector_that_is_down_costs_a_command_a_few_seconds_at_most_and_it_s
     assert {s.name for s in receiver.spans} >= {"run digest", "step scan"}
 
 
+@pytest.mark.scenario("S122")
 def test_a_run_stopped_by_sigterm_ends_its_spans_interrupted_and_its_resume_joins_the_trace(
     tmp_path, receiver
 ):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from desktop_app import bootstrap
 from desktop_app.app.widgets.run_filters import RunFilter
 from desktop_app.config import load_settings
@@ -47,6 +49,7 @@ def listed(db: Path, *args: str) -> list[str]:
     return [json.loads(line)["run_id"] for line in out.stdout.splitlines()]
 
 
+@pytest.mark.scenario("S123")
 def test_runs_tenant_and_session_list_the_agent_runs_of_that_tenant_and_session(
     tmp_path: Path,
 ) -> None:

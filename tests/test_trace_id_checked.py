@@ -55,6 +55,7 @@ def test_nothing_is_created_with_one(db_path: Path) -> None:
         engine.store.close()
 
 
+@pytest.mark.scenario("S121")
 def test_a_run_an_older_version_stored_with_one_resumes_and_its_child_inherits_it(
     db_path: Path,
 ) -> None:
