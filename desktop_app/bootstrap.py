@@ -20,7 +20,9 @@ Public API:
 from __future__ import annotations
 
 import functools
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -29,7 +31,7 @@ from urllib.parse import unquote, urlsplit
 from desktop_app.config import Settings, default_db_path, max_turns
 from desktop_app.errors import BackendUnavailableError, ConfigError, FlowdeskError, redact
 from desktop_app.extras import install_command
-from desktop_app.flow import CompiledFlow, Engine, EventBus
+from desktop_app.flow import CompiledFlow, Engine, EventBus, ExecutionContext
 from desktop_app.flows import builtin_flows
 from desktop_app.private import make_private_dirs
 from desktop_app.store import migrations
@@ -378,6 +380,36 @@ def _engine(
 
     clock = ServerClock(cast(ServerTime, store).server_time)
     return Engine(store, flows=flows, events=events, clock=clock, executes=executes)
+
+
+#: a W3C ``traceparent``: version, trace id, parent span id, flags (a later
+#: version may add fields after a dash)
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
+
+
+def run_context(settings: Settings, environ: Mapping[str, str] | None = None) -> ExecutionContext:
+    """The execution context of a run this process starts: the settings'
+    ``[context]`` ids and, when ``TRACEPARENT`` is set (W3C trace context,
+    as a calling tool exports it), its trace id, so the run's spans join the
+    caller's trace; without it the run gets a trace id of its own.
+
+    Raises:
+        ConfigError: ``TRACEPARENT`` is set and is not a W3C traceparent
+            (``00-<32 hex>-<16 hex>-<2 hex>``, ids not all zeros, version
+            not ``ff``); nothing was started.
+    """
+    ids = settings.context.model_dump()
+    given = (environ if environ is not None else os.environ).get("TRACEPARENT")
+    if given:
+        m = _TRACEPARENT.fullmatch(given.strip())
+        if m is None or m[1] == "ff" or not m[2].strip("0") or not m[3].strip("0"):
+            raise ConfigError(
+                f"TRACEPARENT {given!r} is not a W3C traceparent (00-<32 hex trace id>-<16 "
+                "hex parent id>-<2 hex flags>, lowercase, ids not all zeros): unset it, or set "
+                "it to the traceparent of the span this run belongs to; nothing was started"
+            )
+        ids["trace_id"] = m[2]
+    return ExecutionContext(**ids)
 
 
 def open_checkpoint_store(settings: Settings) -> CheckpointStore:

@@ -250,6 +250,27 @@ def max_turns(settings: Settings, agent: str) -> int:
     return int(AgentSettings.model_fields["max_turns"].default)
 
 
+class ContextSettings(BaseSettings):
+    """The execution context ids of the runs this process starts (``[context]``,
+    ``FLOWDESK_CONTEXT__TENANT_ID``...): a flow run (``run``, ``start``, the
+    app) and an agent run (``ask``, the app's ask). A run started by a
+    program gets the context it passes; a child run inherits its parent's.
+    The trace id comes from ``TRACEPARENT`` (W3C trace context) when it is
+    set, else each run gets its own (:func:`desktop_app.bootstrap.run_context`).
+
+    Attributes:
+        tenant_id, user_id, session_id, correlation_id: ``None`` (the
+            default) leaves that id out.
+    """
+
+    tenant_id: str | None = None
+    user_id: str | None = None
+    session_id: str | None = None
+    correlation_id: str | None = None
+
+    model_config = SettingsConfigDict(extra="forbid")
+
+
 class PostgresSettings(BaseSettings):
     """How Flowdesk reaches a PostgreSQL ``db_path`` (``[postgres]``).
 
@@ -334,6 +355,7 @@ class Settings(BaseSettings):
         file_tools: the built-in file tools (``flowdesk ask --tools files``).
         agents: per agent name, its own settings (its system prompt).
         postgres: how a ``postgresql://`` ``db_path`` is reached (a pooler).
+        context: the execution context ids of the runs this process starts.
         theme: the app's Textual theme (``textual-dark``, ``nord``...; the
             command palette's "Change theme"); the app saves it here when
             it is changed. ``None``: Textual's default.
@@ -361,6 +383,7 @@ class Settings(BaseSettings):
     file_tools: FileToolsSettings = Field(default_factory=FileToolsSettings)
     agents: dict[str, AgentSettings] = Field(default_factory=dict)
     postgres: PostgresSettings = Field(default_factory=PostgresSettings)
+    context: ContextSettings = Field(default_factory=ContextSettings)
     theme: str | None = None
 
     @field_validator("log_level", mode="before")

@@ -43,6 +43,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_summary import damaged_in_app
 from desktop_app.errors import (
     CheckpointDecodeError,
+    ConfigError,
     DiskFullError,
     FlowdeskError,
     FlowVersionMismatchError,
@@ -151,8 +152,8 @@ class Controller:
             return
         try:
             self.start_digest(given)
-        except InputError as exc:  # the folder changed since the dialog checked it
-            self._say(str(exc), "error")
+        except (InputError, ConfigError) as exc:  # the folder changed since the dialog
+            self._say(str(exc), "error")  # checked it, or a bad TRACEPARENT
 
     def start_digest(self, given: DigestInput) -> str | None:
         """Start a ``digest`` run in a worker (:meth:`start_flow`: single
@@ -174,10 +175,15 @@ class Controller:
         Raises:
             InputError: the input is refused (a folder that is missing, or
                 that tidy cannot write); nothing was started.
+            ConfigError: ``TRACEPARENT`` is not a W3C traceparent
+                (:func:`~desktop_app.bootstrap.run_context`); nothing was started.
         """
+        from desktop_app.bootstrap import run_context
+
         engine = self.require_writer()
         if engine is None:
             return None
+        context = run_context(self._host.settings)
         given, key = single_flight(flow_name, state)
         twin = self._host.read(lambda s: live_twin(s, flow_name, key)) if key else None
         if twin is not None:
@@ -198,7 +204,10 @@ class Controller:
         self.runs.claim(run_id)
         self._say(f"Started {flow_name} run {run_id}")
         self._follow(run_id)
-        self._drive(run_id, lambda: engine.run(flow_name, given, run_id=run_id, flow_key=key))
+        self._drive(
+            run_id,
+            lambda: engine.run(flow_name, given, run_id=run_id, flow_key=key, context=context),
+        )
         return run_id
 
     # -- resuming ------------------------------------------------------------

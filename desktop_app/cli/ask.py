@@ -509,12 +509,15 @@ def cmd_ask(ctx: Ctx) -> int:
     if build_model(sv.settings) is None:
         raise ConfigError(NO_MODEL)
     from desktop_app.agent.recovery import connected_tools
+    from desktop_app.bootstrap import run_context
 
+    context = run_context(sv.settings)  # a bad TRACEPARENT: refused before anything
     sources = _sources(ctx)
     run_id = uuid.uuid4().hex
     with connected_tools(sv.settings, sources, on_connect=_connecting) as tools:
         agent = agent_for(sv, "ask", tools, sources)
-        res, printed = _print_events(ctx, agent.stream(a.question, run_id=run_id), run_id)
+        events = agent.stream(a.question, run_id=run_id, context=context)
+        res, printed = _print_events(ctx, events, run_id)
     return _finish(ctx, sv, res, printed=printed)
 
 

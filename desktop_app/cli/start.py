@@ -103,6 +103,9 @@ def _run_or_resume(
     refused with ``RunLeasedError`` (nothing runs here). With ``new``
     (``--new``), or when the user declines to resume on a terminal, that run
     is canceled instead and the new run takes the key (:func:`_replace`)."""
+    from desktop_app.bootstrap import run_context
+
+    context = run_context(sv.settings)  # a bad TRACEPARENT: refused before anything
     twin = live_twin(sv.checkpoints, flow, flow_key) if flow_key else None
     if twin is not None and twin.status == "waiting" and not new:
         print(twin.run_id, flush=True)
@@ -121,7 +124,9 @@ def _run_or_resume(
             return sv.engine.resume(twin.run_id)
         _replace(sv, twin)
     return execute_new_run(
-        ctx, sv, lambda rid: sv.engine.run(flow, given, run_id=rid, flow_key=flow_key)
+        ctx,
+        sv,
+        lambda rid: sv.engine.run(flow, given, run_id=rid, flow_key=flow_key, context=context),
     )
 
 

@@ -787,7 +787,13 @@ class AgentRunsScreen(Screen[None]):
             services = self.flowdesk.services
             assert services is not None
             agent = services.agent(self.ASK_AGENT, model)
-            events = agent.resume_stream(run_id) if run_id else agent.stream(question or "")
+            if run_id:
+                events = agent.resume_stream(run_id)
+            else:
+                from desktop_app.bootstrap import run_context
+
+                context = run_context(self.flowdesk.settings)
+                events = agent.stream(question or "", context=context)
             with drives.driving_thread():  # the app's quit waits for its call in flight
                 self._post_events(events)
         except Exception as exc:  # never a traceback in the user's face

@@ -35,7 +35,7 @@ from desktop_app.app.screens.help import HELP_BINDING
 from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.widgets.bars import Footer
 from desktop_app.app.widgets.paths import FolderSuggester
-from desktop_app.errors import InputError
+from desktop_app.errors import ConfigError, InputError
 from desktop_app.flow import CompiledFlow
 
 #: state fields that name a folder: their input completes folder names
@@ -362,7 +362,8 @@ class StartFlowScreen(TypeAhead, ModalScreen[None]):
             return
         try:
             started = self.flowdesk.controller.start_flow(name, data)
-        except InputError as exc:  # e.g. tidy's folder is read-only: say so here, start nothing
+        except (InputError, ConfigError) as exc:  # tidy's folder is read-only, a bad
+            # TRACEPARENT: said here, nothing started
             self._show_error(str(exc))
             return
         if started is not None:
