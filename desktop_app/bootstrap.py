@@ -613,14 +613,15 @@ def build_engine(
 
     chosen = flows if flows is not None else load_flows(settings)
     if _postgres_url(settings) is not None:  # the app: executes only when told to
-        return _engine(
+        engine = _engine(
             open_checkpoint_store(settings),
             flows=chosen,
             events=events,
             executes=executes_runs(settings),
         )
-    engine = _engine(open_sqlite_store(settings), flows=chosen, events=events)
-    instrument_engine(engine)
+    else:
+        engine = _engine(open_sqlite_store(settings), flows=chosen, events=events)
+    instrument_engine(engine)  # on PostgreSQL too: its runs were never traced
     return engine
 
 
