@@ -70,6 +70,18 @@ def engine(db: Path, *flows: CompiledFlow[Any], clock: ManualClock | None = None
     return Engine(open_store(db), flows=list(flows), clock=clock or ManualClock())
 
 
+def waiting_longest(db: Path, flow: CompiledFlow[Any], state: BaseModel, clock: ManualClock) -> str:
+    """A run of ``flow`` started by another engine (another process), then
+    the clock moved on: it waits longer than any run started after it."""
+    other = engine(db, flow, clock=clock)
+    try:
+        run_id = other.run(flow.name, state).run_id
+    finally:
+        other.store.close()
+    clock.advance(1.0)
+    return run_id
+
+
 def status(e: Engine, run_id: str) -> str:
     return e.store.get_run(run_id).status
 
@@ -108,12 +120,7 @@ def test_runs_this_engine_cannot_judge_or_run_are_passed_over_not_a_stop(
     it is not judged (its own process judges it when it wakes), and the
     payload still goes to the next run, judged and delivered now."""
     clock = ManualClock()
-    first = engine(db_path, note_flow, clock=clock)
-    try:
-        foreign = first.run("note", Note(order="b")).run_id
-    finally:
-        first.store.close()
-    clock.advance(1.0)  # waiting longest: the foreign run
+    foreign = waiting_longest(db_path, note_flow, Note(order="b"), clock)
     e = engine(db_path, pay_flow(), clock=clock)
     try:
         mine = e.run("pay", Pay(order="b")).run_id
@@ -132,12 +139,7 @@ def test_a_run_of_another_version_is_judged_by_its_own_mode_or_passed_over(
 ) -> None:
     old_flow = pay_flow(extra=True)
     clock = ManualClock()
-    first = engine(db_path, old_flow, clock=clock)
-    try:
-        old = first.run("pay", Pay(order="b")).run_id
-    finally:
-        first.store.close()
-    clock.advance(1.0)  # waiting longest: the old version's run
+    old = waiting_longest(db_path, old_flow, Pay(order="b"), clock)
     e = engine(db_path, pay_flow(), clock=clock)
     try:
         assert old_flow.version != e.flow("pay").version
