@@ -45,6 +45,17 @@ def test_a_context_with_a_trace_id_that_is_not_one_is_refused_saying_what_one_is
     assert ExecutionContext(trace_id=GOOD).trace_id == GOOD
 
 
+def test_a_copy_with_one_is_refused_too() -> None:
+    """A second tryout passed ``ExecutionContext(...).model_copy(update=
+    {"trace_id": "NOT-A-TRACE-ID"})`` to ``Engine.run``, and the run was
+    stored with it: pydantic's copy validates nothing."""
+    base = ExecutionContext(tenant_id="acme")
+    with pytest.raises(ValueError, match="trace_id 'NOT-A-TRACE-ID' is not a W3C trace id"):
+        base.model_copy(update={"trace_id": "NOT-A-TRACE-ID"})
+    assert base.model_copy(update={"trace_id": GOOD}).trace_id == GOOD
+    assert base.model_copy(update={"session_id": "s"}).session_id == "s"
+
+
 def test_nothing_is_created_with_one(db_path: Path) -> None:
     engine = Engine(open_store(db_path), flows=[ask_flow()])
     try:
@@ -94,6 +105,9 @@ def test_a_langgraph_configurable_with_one_is_refused_and_nothing_is_stored(
         with pytest.raises(InputError, match="the configurable's trace_id 'NOT-A-TRACE' is not"):
             graph.invoke({"n": 0}, bad)
         assert graph.get_state(bad).values == {}  # nothing stored
+        number = {"configurable": {"thread_id": "t-num", "tenant_id": 123}}
+        with pytest.raises(InputError, match="the configurable's tenant_id is int 123, not a"):
+            graph.invoke({"n": 0}, number)  # it was dropped without a word
         good = {"configurable": {"thread_id": "t-good", "trace_id": GOOD}}
         assert graph.invoke({"n": 0}, good) == {"n": 1}
     finally:

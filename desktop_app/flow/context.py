@@ -134,7 +134,25 @@ class ExecutionContext(BaseModel):
         """This context as run ``run_id``'s: its ``run_id`` set, and a trace id
         (W3C, 32 hex), its own or a new one, so a run's spans and its stored
         context agree."""
-        return self.model_copy(update={"run_id": run_id, "trace_id": self.trace_id or _new_trace()})
+        update = {"run_id": run_id}
+        if not self.trace_id:
+            update["trace_id"] = _new_trace()
+        return self.model_copy(update=update)
+
+    def model_copy(
+        self, *, update: Mapping[str, Any] | None = None, deep: bool = False
+    ) -> ExecutionContext:
+        """Pydantic's copy, with a ``trace_id`` in ``update`` checked as the
+        constructor checks it (pydantic's ``model_copy`` validates nothing).
+
+        Raises:
+            ValueError: the ``trace_id`` given is not a W3C trace id
+                (:func:`trace_id_problem`); nothing was copied.
+        """
+        given = (update or {}).get("trace_id")
+        if isinstance(given, str) and (problem := trace_id_problem(given)):
+            raise ValueError(problem)
+        return super().model_copy(update=update, deep=deep)
 
 
 class StepContext:

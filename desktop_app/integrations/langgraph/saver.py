@@ -734,13 +734,20 @@ class FlowdeskSaver(BaseCheckpointSaver[str]):
 
         Raises:
             InputError: the ``configurable``'s ``trace_id`` is not a W3C
-                trace id (:func:`~desktop_app.flow.context.trace_id_problem`);
-                nothing was stored.
+                trace id (:func:`~desktop_app.flow.context.trace_id_problem`),
+                or one of these ids is not a string (it was dropped
+                silently: ``123`` for ``trace_id``); nothing was stored.
         """
         ids = self.context.model_dump()
         for name in _ENTRY_FIELDS:
-            if isinstance(configurable.get(name), str):
-                ids[name] = configurable[name]
+            given = configurable.get(name)
+            if given is not None and not isinstance(given, str):
+                raise InputError(
+                    f"the configurable's {name} is {type(given).__name__} {given!r}, not a "
+                    "string: give it as text, or leave it out; nothing was stored"
+                )
+            if given is not None:
+                ids[name] = given
         if isinstance(ids["trace_id"], str) and (problem := trace_id_problem(ids["trace_id"])):
             raise InputError(f"the configurable's {problem}")
         ids["run_id"] = thread_id
