@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import logging
 import logging.handlers
@@ -302,11 +303,28 @@ def setup_tracing(*, tell_at_exit: bool = False) -> bool:
         provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         exporter = _Exporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))
-        atexit.register(_flush_at_exit, provider, exporter, tell=tell_at_exit)
+        flush = functools.partial(_flush_at_exit, provider, exporter, tell=tell_at_exit)
+        atexit.register(flush)
+        _done["flush"] = flush
         trace.set_tracer_provider(provider)
         log.info("exporting spans over OTLP/HTTP as service %s", resource.attributes[SERVICE_NAME])
         _done["tracing"] = True
         return True
+
+
+def flush_before_hard_exit() -> None:
+    """What the exit hooks do for spans, now, for a process about to leave
+    by ``os._exit`` (which runs none: ``flowdesk agent`` past its grace):
+    the open spans end ``interrupted`` and the queued ones get
+    :data:`EXIT_FLUSH_S` to leave (a line says when they did not)."""
+    flush = _done.pop("flush", None)
+    if flush is None:
+        return
+    atexit.unregister(flush)
+    tracing = sys.modules.get("desktop_app.flow.tracing")
+    if tracing is not None:
+        tracing.end_open_spans()
+    flush()
 
 
 def setup(settings: Settings, *, command: bool = False) -> None:

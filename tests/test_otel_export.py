@@ -251,6 +251,38 @@ def test_a_run_stopped_by_sigterm_ends_its_spans_interrupted_and_its_resume_join
     assert [s.trace_id for s in resumed] == [trace_id]  # the same trace
 
 
+def test_an_agent_leaving_past_its_grace_still_ends_and_sends_its_runs_spans(
+    tmp_path, receiver, monkeypatch
+):
+    """A second tryout: ``flowdesk agent`` stopped by SIGTERM with a step
+    still running leaves by ``os._exit`` once its grace is over, which runs
+    no exit hook: none of its runs' spans was sent. They end
+    ``interrupted`` and are sent first."""
+    import signal
+
+    from tests.test_agent_sigterm import BOUND_S, Agent, lines, submit, wait_for
+
+    db = tmp_path / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    sink, gate = tmp_path / "effects.log", tmp_path / "gate"
+    agent = Agent(str(db), tmp_path / "a.err", "--grace", "1")
+    try:
+        run_id = submit(str(db), sink, gate)
+        wait_for(lambda: ["begin", "s1", "1", str(agent.pid)] in lines(sink), "s1 never began")
+        agent.popen.send_signal(signal.SIGTERM)
+        assert agent.popen.wait(timeout=BOUND_S) == 1, agent.text()
+    finally:
+        gate.touch()
+        agent.stop()
+    assert "exiting 1 s after the signal" in agent.text()
+    spans = {s.name: s for s in receiver.spans}
+    run, s1 = spans["run effects"], spans["step s1"]
+    assert run.attributes["flowdesk.run_id"] == run_id
+    assert run.attributes["flowdesk.status"] == s1.attributes["flowdesk.status"] == "interrupted"
+    assert spans["step s0"].attributes["flowdesk.status"] == "done"
+
+
 def test_log_file_is_private_rotating_at_the_settings_level_and_masks_secrets(tmp_path):
     home = Path(os.environ["HOME"])
     script = """

@@ -698,6 +698,9 @@ class _Leaving:
         for line in lines:
             print(f"flowdesk agent: {line}", file=sys.stderr, flush=True)
         logging.getLogger("desktop_app.cli").warning("flowdesk agent %s", lines[0])
+        from desktop_app.observability import flush_before_hard_exit
+
+        flush_before_hard_exit()  # os._exit runs no exit hook: the spans' are run here
         for handler in logging.getLogger("desktop_app").handlers:
             handler.flush()
         sys.stdout.flush()

@@ -145,6 +145,17 @@ def end_span(
 #: of the engine may hold the recorder's lock as the process exits)
 EXIT_LOCK_S = 1.0
 
+#: each live recorder's exit hook (:func:`end_open_spans` runs them)
+_open_enders: list[Callable[[], None]] = []
+
+
+def end_open_spans() -> None:
+    """End the open spans of every recorder of this process as
+    ``interrupted``, as its exit hook does: for a process about to leave by
+    ``os._exit`` (``flowdesk agent`` past its grace), which runs no hook."""
+    for end in list(_open_enders):
+        end()
+
 
 def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], None]:
     """Subscribe a span recorder to ``engine.events``; returns the unsubscribe function.
@@ -226,9 +237,12 @@ def trace_engine(engine: Engine, tracer_provider: Any = None) -> Callable[[], No
 
     stop_recording: Callable[[], None] = engine.events.subscribe(on_event)
     atexit.register(end_open)  # before the provider's own exit hook (last in, first out)
+    _open_enders.append(end_open)
 
     def unsubscribe() -> None:
         stop_recording()
         atexit.unregister(end_open)
+        with contextlib.suppress(ValueError):
+            _open_enders.remove(end_open)
 
     return unsubscribe
