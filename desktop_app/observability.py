@@ -25,6 +25,8 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import functools
 import io
 import logging
@@ -147,19 +149,52 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         assert isinstance(stream, io.TextIOWrapper)
         return stream
 
+    _lock_fd: int | None = None
+
     def emit(self, record: logging.LogRecord) -> None:
+        """Write ``record``, rotating first when it would pass ``maxBytes``:
+        under an exclusive ``flock`` on ``flowdesk.log.lock`` that every
+        process writing this log takes, so one process rotates and the
+        others follow it (two rotating at once lost lines and pushed nearly
+        empty files out of the five kept, a second tryout found)."""
+        try:
+            if self._lock_fd is None:
+                self._lock_fd = os.open(
+                    f"{self.baseFilename}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
+                )
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        except OSError:  # no lock to be had (a read-only folder): as one process
+            self._follow()
+            super().emit(record)
+            return
+        try:
+            self._follow()
+            super().emit(record)
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _follow(self) -> None:
+        """Open the file anew when its path names another one than the one
+        open here (another process rotated it)."""
         stream = self.stream
-        if stream is not None:
-            try:
-                now = os.stat(self.baseFilename)
-                mine = os.fstat(stream.fileno())
-                moved = (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
-            except OSError:  # renamed and not made again yet, or closed
-                moved = True
-            if moved:
-                stream.close()
-                self.stream = self._open()
-        super().emit(record)
+        if stream is None:
+            return
+        try:
+            now = os.stat(self.baseFilename)
+            mine = os.fstat(stream.fileno())
+            moved = (now.st_dev, now.st_ino) != (mine.st_dev, mine.st_ino)
+        except OSError:  # renamed and not made again yet, or closed
+            moved = True
+        if moved:
+            stream.close()
+            self.stream = self._open()
+
+    def close(self) -> None:
+        super().close()
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 def setup_logging(settings: Settings) -> Path | None:

@@ -367,6 +367,53 @@ def test_the_log_is_shared_by_processes_rotating_it_once_and_made_private(tmp_pa
     assert quiet.returncode == 0, quiet.stderr
 
 
+def test_processes_writing_the_log_at_once_lose_no_line_as_it_rotates(tmp_path):
+    """A second tryout: six processes logging at once lost most of their
+    lines as two of them rotated the file one after the other (nearly empty
+    files pushed out of the five kept, a ``FileNotFoundError`` traceback).
+    Four real processes released at one instant, the file rotated at 40 kB
+    (the handler's limit lowered so that some 25 rotations race in one
+    release, and every rotated file kept): every line is there, and every
+    rotated file is whole."""
+    log = Path(os.environ["HOME"]) / ".local" / "state" / "flowdesk" / "log" / "flowdesk.log"
+    go = tmp_path / "go"
+    limit = 40_000
+    writer = (
+        "import logging, pathlib, sys, time\n"
+        "from desktop_app import observability\n"
+        "from desktop_app.config import load_settings\n"
+        "observability.setup_logging(load_settings())\n"
+        "handler = observability._done['log_handler']\n"
+        f"handler.maxBytes, handler.backupCount = {limit}, 1000\n"
+        "log = logging.getLogger('desktop_app.stress')\n"
+        "print('ready', flush=True)\n"
+        f"while not pathlib.Path({str(go)!r}).exists(): time.sleep(0.002)\n"
+        "for i in range(1250): log.info('stress %s %05d %s', sys.argv[1], i, 'x' * 120)\n"
+    )
+    procs = [
+        cli_forkserver.popen(
+            [sys.executable, "-c", writer, name], stdout=subprocess.PIPE, text=True, cwd=REPO
+        )
+        for name in "ABCD"
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        go.touch()  # all four at once
+        assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    files = sorted(log.parent.glob("flowdesk.log*"))
+    text = "".join(f.read_text() for f in files if not f.name.endswith(".lock"))
+    for name in "ABCD":
+        assert text.count(f"stress {name} ") == 1250, name
+    rotated = [f for f in files if f.suffix[1:].isdigit()]
+    sizes = [(f.name, f.stat().st_size) for f in rotated]
+    assert len(rotated) >= 20 and all(size > limit - 300 for _, size in sizes), sizes
+
+
 def test_an_unwritable_log_folder_is_a_warning_not_a_failure(tmp_path):
     blocker = tmp_path / "state"
     blocker.write_text("a file where the log folder should be\n")
