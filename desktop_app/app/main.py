@@ -1223,27 +1223,50 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     async def action_quit(self) -> None:
         """``q``. With an agent run's tool call in flight here (a drive,
-        :mod:`desktop_app.agent.drives`), the app says so, asks the drives to
-        stop and quits once they did, their call's result saved (at most
-        :data:`QUIT_WAIT_S`), instead of closing its database under the call
-        (its outcome then unknown) or sitting on a blank terminal while it
-        waits; ``q`` again quits at once, the call's outcome unknown."""
+        :mod:`desktop_app.agent.drives`) or a flow run's step (the engine
+        executes it), the app says so, asks them to stop and quits once they
+        did, the call's result or the step's checkpoint saved (at most
+        :data:`QUIT_WAIT_S`), instead of closing its database under them
+        (the call's outcome unknown; the step's lease no longer renewed
+        while it runs on) or sitting on a blank terminal while they end;
+        ``q`` again quits at once (the call's outcome unknown, the step run
+        again at the next launch, as after a crash)."""
         if self._quit_asked:
             self._quit_now = True
-        if self._quit_now or drives.in_flight() == 0:
+        steps = self._steps_in_flight()
+        if self._quit_now or (drives.in_flight() == 0 and not steps):
             self.exit()
             return
         self._quit_asked = True
-        self.say(
-            f"Quitting once the tool call in flight has ended and its result is saved (at most "
-            f"{QUIT_WAIT_S:g} s); q again quits now and leaves its outcome unknown.",
-            "warning",
-        )
+        if steps:
+            self.say(
+                f"Quitting once the step in flight has ended and its checkpoint is saved (at "
+                f"most {QUIT_WAIT_S:g} s; run {', '.join(short_id(r) for r in steps)}); q again "
+                "quits now and the step runs again at the next launch.",
+                "warning",
+            )
+        else:
+            self.say(
+                f"Quitting once the tool call in flight has ended and its result is saved (at "
+                f"most {QUIT_WAIT_S:g} s); q again quits now and leaves its outcome unknown.",
+                "warning",
+            )
         self._quit_after_the_drives()
+
+    def _steps_in_flight(self) -> list[str]:
+        """The flow runs whose step this app's engine executes now."""
+        engine = self.services.engine if self.services is not None else None
+        return sorted(engine.executing()) if engine is not None else []
 
     @work(thread=True, group="quit", name="quit after the tool calls in flight")
     def _quit_after_the_drives(self) -> None:
+        deadline = time.monotonic() + QUIT_WAIT_S
+        engine = self.services.engine if self.services is not None else None
+        if engine is not None:
+            engine.stop()  # each run stops before its next step, its lease kept till then
         drives.stop_all(QUIT_WAIT_S)
+        while self._steps_in_flight() and time.monotonic() < deadline and not self._quit_now:
+            time.sleep(0.05)
         with contextlib.suppress(RuntimeError):  # quit meanwhile (q again)
             self.call_from_thread(self.exit)
 
