@@ -284,12 +284,14 @@ def _flush_at_exit(provider: Any, exporter: Any, *, tell: bool) -> None:
             done.join(0.5)
     except KeyboardInterrupt:
         return
-    if exporter.failed or done.is_alive():  # failed, or still waiting for an answer
-        log.warning("spans not exported: the collector did not take them in %s s", EXIT_FLUSH_S)
+    if exporter.lost or done.is_alive():  # refused, unreachable, or still no answer
+        what = f"{exporter.lost} span(s)" if exporter.lost and not done.is_alive() else "spans"
+        log.warning("%s not exported: the collector did not accept them", what)
         if tell:
             print(
-                "flowdesk: spans not exported: the OTLP collector did not take them within "
-                f"{EXIT_FLUSH_S:g} s (is it running? see OTEL_EXPORTER_OTLP_ENDPOINT)",
+                f"flowdesk: {what} not exported: the OTLP collector did not accept them within "
+                f"{EXIT_FLUSH_S:g} s (is it running at OTEL_EXPORTER_OTLP_ENDPOINT? the log "
+                "says why)",
                 file=sys.stderr,
             )
 
@@ -314,14 +316,15 @@ def setup_tracing(*, tell_at_exit: bool = False) -> bool:
             from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
             class _Exporter(OTLPSpanExporter):
-                """The SDK's OTLP/HTTP exporter, remembering whether its last
-                export failed (said at exit)."""
+                """The SDK's OTLP/HTTP exporter, counting the spans of the
+                exports that failed (said at exit)."""
 
-                failed = False
+                lost = 0
 
                 def export(self, spans: Any) -> SpanExportResult:
                     result = super().export(spans)
-                    self.failed = result is not SpanExportResult.SUCCESS
+                    if result is not SpanExportResult.SUCCESS:
+                        self.lost += len(spans)
                     return result
 
         except ImportError:
