@@ -263,7 +263,7 @@ def test_a_failed_step_records_its_error_times_and_duration(env):
     assert inner["ms"] >= 50 and inner["ms"] <= rec.duration_ms <= outer_ms
     (err,) = [e for e in env.mine(StepFinished) if e.result.name == "work"]
     assert err == StepFinished(
-        r.run_id, StepResult("work", "error", "Fatal: boom", rec.duration_ms)
+        r.run_id, StepResult("work", "error", "Fatal: boom", rec.duration_ms, "Fatal")
     )
 
 
