@@ -138,6 +138,9 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
     on into the old file and rotating it again (a tryout: a long-lived
     ``flowdesk agent`` pushed a 1 KiB current log to ``.1``)."""
 
+    #: the descriptor of ``flowdesk.log.lock``, opened at the first record
+    _lock_fd: int | None = None
+
     def _open(self) -> io.TextIOWrapper:
         fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
@@ -149,29 +152,28 @@ class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
         assert isinstance(stream, io.TextIOWrapper)
         return stream
 
-    _lock_fd: int | None = None
-
     def emit(self, record: logging.LogRecord) -> None:
         """Write ``record``, rotating first when it would pass ``maxBytes``:
         under an exclusive ``flock`` on ``flowdesk.log.lock`` that every
         process writing this log takes, so one process rotates and the
         others follow it (two rotating at once lost lines and pushed nearly
         empty files out of the five kept, a second tryout found)."""
+        locked = None
         try:
             if self._lock_fd is None:
                 self._lock_fd = os.open(
                     f"{self.baseFilename}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600
                 )
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            locked = self._lock_fd
         except OSError:  # no lock to be had (a read-only folder): as one process
-            self._follow()
-            super().emit(record)
-            return
+            pass
         try:
             self._follow()
             super().emit(record)
         finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            if locked is not None:
+                fcntl.flock(locked, fcntl.LOCK_UN)
 
     def _follow(self) -> None:
         """Open the file anew when its path names another one than the one
@@ -273,7 +275,8 @@ def _flush_at_exit(provider: Any, exporter: Any, *, tell: bool) -> None:
     provider shuts down (exporting them) in a thread this waits for that
     long (the SDK's own waits ignore their timeouts); then the exporter is
     shut down, which stops its retries, and what is left is dropped. With
-    ``tell``, a line on stderr says when the last export failed. A Ctrl-C
+    ``tell``, a line on stderr says how many spans its exports failed to
+    send (or that one is still unanswered). A Ctrl-C
     while it waits ends the wait (no traceback: the work is done)."""
     done = threading.Thread(target=provider.shutdown, name="flowdesk-otel-exit", daemon=True)
     try:

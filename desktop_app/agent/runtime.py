@@ -703,15 +703,7 @@ class Agent:
         """One pass over a run, inside its span (``invoke_agent <name>``, in
         the trace id of the run's context)."""
         run = self.store.get(run_id)
-        span = tracing.start_run_span(
-            f"invoke_agent {self.name}",
-            run.context.get("trace_id"),
-            {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": self.name,
-                "flowdesk.run_id": run_id,
-            },
-        )
+        span = tracing.start_agent_span(self.name, run_id, run.context.get("trace_id"))
         status: str | None = None
         try:
             try:

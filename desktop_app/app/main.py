@@ -1255,15 +1255,13 @@ class FlowdeskApp(TypeAheadApp, App[None]):
 
     def _steps_in_flight(self) -> list[str]:
         """The flow runs whose step this app's engine executes now."""
-        engine = self.services.engine if self.services is not None else None
-        return sorted(engine.executing()) if engine is not None else []
+        return sorted(self.engine.executing()) if self.engine is not None else []
 
     @work(thread=True, group="quit", name="quit after the tool calls in flight")
     def _quit_after_the_drives(self) -> None:
         deadline = time.monotonic() + QUIT_WAIT_S
-        engine = self.services.engine if self.services is not None else None
-        if engine is not None:
-            engine.stop()  # each run stops before its next step, its lease kept till then
+        if self.engine is not None:
+            self.engine.stop()  # each run stops before its next step, its lease kept till then
         drives.stop_all(QUIT_WAIT_S)
         while self._steps_in_flight() and time.monotonic() < deadline and not self._quit_now:
             time.sleep(0.05)

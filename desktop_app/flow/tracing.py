@@ -95,6 +95,21 @@ def start_run_span(
     )
 
 
+def start_agent_span(agent: str, run_id: str, trace_id: str | None) -> Any:
+    """Start an agent run's span, ``invoke_agent <agent>`` (GenAI semantic
+    conventions), in ``trace_id`` on the global provider (see
+    :func:`start_run_span`); ``None`` without OpenTelemetry."""
+    return start_run_span(
+        f"invoke_agent {agent}",
+        trace_id,
+        {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": agent,
+            "flowdesk.run_id": run_id,
+        },
+    )
+
+
 def start_child_span(
     parent: Any, name: str, attributes: Mapping[str, AttrValue], tracer_provider: Any = None
 ) -> Any:

@@ -393,15 +393,7 @@ class FlowdeskAgent:
         id of its context, as a Flowdesk agent run's; current while it runs,
         so the agent's own instrumentation nests under it), ended with the
         run's status (``interrupted`` when it stopped before an end)."""
-        span = tracing.start_run_span(
-            f"invoke_agent {self.name}",
-            run.context.get("trace_id"),
-            {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": self.name,
-                "flowdesk.run_id": run.run_id,
-            },
-        )
+        span = tracing.start_agent_span(self.name, run.run_id, run.context.get("trace_id"))
         status = "interrupted"
         try:
             # the app's quit stops it once its unit in flight ended, and waits
@@ -419,7 +411,7 @@ class FlowdeskAgent:
         finally:
             tracing.end_span(
                 span,
-                error=status if status in ("failed",) else None,
+                error=status if status == "failed" else None,
                 attributes={"flowdesk.status": status},
             )
 
