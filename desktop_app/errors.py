@@ -596,6 +596,36 @@ class SchemaRecordsLostError(SchemaError):
     nothing is applied or opened; only a backup gives the records back."""
 
 
+class SchemaObjectMissingError(SchemaError):
+    """A table of Flowdesk's schema is gone from a database whose records say
+    the schema is applied: dropped outside Flowdesk (by hand, by another
+    program). ``db apply`` does not create it again (its records say every
+    file is applied) and a resume would meet the same gap, so the command
+    line prints ``doctor``, which lists everything missing, not ``resume``.
+    What met the gap wrote nothing; only a backup gives the rows back.
+
+    Attributes:
+        table: the missing table's name (str).
+    """
+
+    def __init__(self, table: str, where: str = "", *, pooler_note: bool = False) -> None:
+        self.table = table
+        at = f" ({where})" if where else ""
+        pooler = (
+            " If --db goes through a transaction-mode pooler (PgBouncer) and `doctor` finds "
+            'nothing missing, set postgres.pooler = "transaction" instead.'
+            if pooler_note
+            else ""
+        )
+        super().__init__(
+            f"the database{at} has no table {table}, which Flowdesk's schema creates: it was "
+            "dropped outside Flowdesk, and `db apply` does not create it again (its records "
+            "say the schema is applied); nothing more was written. Restore the database from "
+            "a backup (stop every Flowdesk process using it first); `doctor` lists everything "
+            f"missing.{pooler}"
+        )
+
+
 class DuplicateWaitIdError(StoreError):
     """A checkpoint given to the store carries two or more waits with one
     wait id (``Wait.wait_id`` keys the ``waits`` table; an answer or a

@@ -172,11 +172,11 @@ def test_start_tidy_after_its_table_was_dropped_fails_the_run_and_show_says_why(
     assert shown.returncode == 0, shown.stderr
     run = json.loads(shown.stdout)
     assert (run["status"], run["lease_owner"]) == ("failed", None)
-    assert "no such table: tidy_moves" in run["error"]
+    assert "has no table tidy_moves, which Flowdesk's schema creates" in run["error"]
     assert [(s["step_id"], s["status"]) for s in run["steps"]] == [("plan", "failed")]
     assert [c["status"] for c in run["checkpoints"]] == ["running", "failed"]
     # its files cannot be read: show says so and still shows the run
-    assert run["files"] is None and "no such table: tidy_moves" in run["files_error"]
+    assert run["files"] is None and "has no table tidy_moves" in run["files_error"]
     text = flowdesk(db, "show", run_id)
     assert text.returncode == 0, text.stderr
     assert "files: cannot be read (" in text.stdout and "failed" in text.stdout

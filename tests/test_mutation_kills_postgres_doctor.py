@@ -35,6 +35,7 @@ NAMES = [
     "database",
     "server",
     "schema",
+    "schema objects",
     "pooler",
     "primary",
     "fsync",
@@ -129,22 +130,23 @@ def test_every_check_of_a_primary_with_the_schema_applied_in_order(pg_url):
     checks = postgres_checks(url, workers=2)
 
     assert [what for _, what, _ in checks] == NAMES
-    assert checks[:7] == [
+    assert checks[:8] == [
         (True, "database", redacted),
         (True, "server", f"PostgreSQL {_show(pg_url, 'server_version')}"),
         (True, "schema", "all applied"),
+        (True, "schema objects", "all present"),
         (True, "pooler", "none (the server's own port)"),
         (True, "primary", "yes (not a standby)"),
         (fsync == "on", "fsync", fsync + ("" if fsync == "on" else FSYNC_WARNING)),
         (True, "synchronous_commit", "on"),
     ]
-    ok, _, detail = checks[7]
+    ok, _, detail = checks[8]
     used = re.fullmatch(
         rf"(\d+) of max_connections {max_conn} in use; 2 workers need about 20", detail
     )
     assert ok is True and used is not None
     assert int(used[1]) >= 1  # the doctor's own session is one of them
-    assert checks[8] == (
+    assert checks[9] == (
         True,
         "timeouts",
         f"lock_timeout {_show(pg_url, 'lock_timeout')} "
@@ -152,7 +154,7 @@ def test_every_check_of_a_primary_with_the_schema_applied_in_order(pg_url):
         f"idle_in_transaction {_show(pg_url, 'idle_in_transaction_session_timeout')} "
         + TIMEOUTS_NOTE,
     )
-    ok, _, detail = checks[9]
+    ok, _, detail = checks[10]
     clock = re.fullmatch(r"[+-]\d+\.\d ms, round trip (\d+\.\d\d) ms", detail)
     assert ok is True and clock is not None
     assert float(clock[1]) > 0  # a round trip to the server is never under 5 µs
@@ -233,6 +235,10 @@ def test_an_unreadable_ledger_is_a_schema_problem_not_a_crash(pg_url):
 
     assert [what for _, what, _ in checks] == NAMES  # the later checks still ran
     assert _by_name(checks)["schema"] == (False, f"StoreError: {raised.value}")
+    assert _by_name(checks)["schema objects"] == (
+        None,
+        "not checked: the schema is not applied whole (above)",
+    )
 
 
 def test_the_doctor_keeps_no_transaction_open_between_checks(pg_url):

@@ -63,6 +63,7 @@ from desktop_app.errors import (
     InputError,
     LeaseLostError,
     RunLeasedError,
+    SchemaObjectMissingError,
     StoreError,
     UnknownFlowError,
     redact,
@@ -206,13 +207,18 @@ def _untranslated_store_error(ctx: Ctx, exc: Exception) -> FlowdeskError | None:
     naming the file; see ``desktop_app.store.connection.untranslated``),
     else ``None``."""
     from desktop_app.bootstrap import parse_database
+    from desktop_app.store import migrations
     from desktop_app.store.connection import untranslated
 
     try:
         database = parse_database(ctx.settings.db_path)
+        path = None if database.backend == "postgres" else database.path
     except FlowdeskError:
-        return untranslated(exc, None)
-    return untranslated(exc, None if database.backend == "postgres" else database.path)
+        path = None
+    translated = untranslated(exc, path)
+    if translated is not None and (gone := migrations.dropped_table(str(exc))):
+        return SchemaObjectMissingError(gone, str(path or ""))
+    return translated
 
 
 def taken_over(ctx: Ctx, run_id: str, exc: LeaseLostError) -> str:
@@ -303,17 +309,24 @@ def _say_resume(ctx: Ctx, *, unsaved_step: bool = False) -> bool:
     return True
 
 
-def _say_damaged(ctx: Ctx) -> None:
-    """After :class:`~desktop_app.errors.DatabaseCorruptError`: the
-    ``doctor`` command that checks the whole file (the user's ``--db``), and
-    the run the command executed, if any, as stopped where it was (a resume
-    would meet the damage again: no ``resume`` is printed)."""
+def _say_damaged(ctx: Ctx, exc: StoreError) -> None:
+    """After :class:`~desktop_app.errors.DatabaseCorruptError` or
+    :class:`~desktop_app.errors.SchemaObjectMissingError` (``exc``): the
+    ``doctor`` command that checks the whole file, or lists every missing
+    table (the user's ``--db``), and the run the command executed, if any,
+    as stopped where it was (a resume would meet the damage again: no
+    ``resume`` is printed)."""
     if ctx.current_run is not None:
         print(
             f"run {ctx.current_run} stopped at its last checkpoint that was saved",
             file=sys.stderr,
         )
-    print(f"check the whole file with: {ctx.hints.cmd('doctor')}", file=sys.stderr)
+    said = (
+        "list what is missing"
+        if isinstance(exc, SchemaObjectMissingError)
+        else "check the whole file"
+    )
+    print(f"{said} with: {ctx.hints.cmd('doctor')}", file=sys.stderr)
 
 
 def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> int:
@@ -395,10 +408,10 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         for line in damaged_run_hints(ctx.hints, exc):
             print(line, file=sys.stderr)
         return EXIT_FAILED
-    except DatabaseCorruptError as exc:  # a resume would meet the damage again
+    except (DatabaseCorruptError, SchemaObjectMissingError) as exc:  # a resume meets it again
         stop_progress()
         _say(exc)
-        _say_damaged(ctx)
+        _say_damaged(ctx, exc)
         return EXIT_FAILED
     except StoreError as exc:  # locked, unreachable, an I/O error: nothing of it saved
         stop_progress()
@@ -414,8 +427,8 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
             raise
         stop_progress()
         print(f"flowdesk: {translated}", file=sys.stderr)
-        if isinstance(translated, DatabaseCorruptError):
-            _say_damaged(ctx)
+        if isinstance(translated, (DatabaseCorruptError, SchemaObjectMissingError)):
+            _say_damaged(ctx, translated)
         else:
             _say_resume(ctx)
         return EXIT_FAILED

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -422,6 +423,22 @@ def _shipped_objects() -> tuple[frozenset[tuple[str, str]], dict[str, tuple[str,
         conn.close()
 
 
+def dropped_table(message: str) -> str | None:
+    """The Flowdesk table a database error ``message`` says does not exist
+    (SQLite's ``no such table: main.waits``, PostgreSQL's ``relation
+    "flowdesk.waits" does not exist``): ``"waits"``; ``None`` when the
+    message names no table, or one the shipped schema does not create (a
+    step's own SQL on a table of its own)."""
+    m = re.search(
+        r'no such table: (?:\w+\.)?(\w+)|relation "(?:\w+\.)?(\w+)" does not exist', message
+    )
+    if m is None:
+        return None
+    name = m.group(1) or m.group(2)
+    tables = {n for kind, n in _shipped_objects()[0] if kind == "table"}
+    return name if name in tables else None
+
+
 def _objects(conn: Any) -> frozenset[tuple[str, str]]:
     rows = conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
     return frozenset((str(kind), str(name)) for kind, name in rows)
@@ -455,6 +472,61 @@ def missing_objects(conn: Any) -> list[str]:
         if table in have:
             lost += [f"column {table}.{c}" for c in wanted if c not in have[table]]
     return sorted(lost)
+
+
+#: The schema :func:`pg_missing_objects` builds the shipped files in, inside
+#: a transaction it rolls back (so never seen by another session).
+PG_PROBE_SCHEMA = "flowdesk_doctor_probe"
+
+
+def pg_missing_objects(conn: Any) -> list[str]:
+    """What the applied schema created that the PostgreSQL database behind
+    ``conn`` (a psycopg connection in autocommit mode) lacks now, as
+    :func:`missing_objects` says it for SQLite (``["column runs.tenant_id",
+    "function flowdesk_now", "table waits"]``, sorted). The shipped files
+    are applied to :data:`PG_PROBE_SCHEMA` in a transaction that is rolled
+    back, and its tables, columns, indexes, functions and triggers are
+    compared with those of the ``flowdesk`` schema: nothing is left on the
+    server. Empty when nothing is missing, or when a schema file is not
+    applied yet (``status`` reports that).
+
+    Raises:
+        psycopg.Error: the role may not create a schema in the database
+            (``CREATE`` on it), or the server is a read-only standby.
+    """
+    if any(s.state != "applied" for s in status(conn)):
+        return []
+    with conn.transaction(force_rollback=True):
+        conn.execute(f"SET LOCAL lock_timeout = '{PG_LOCK_TIMEOUT}'")
+        conn.execute(f"CREATE SCHEMA {PG_PROBE_SCHEMA}")
+        conn.execute(f"SET LOCAL search_path = {PG_PROBE_SCHEMA}")
+        for f in schema_files(dialect="postgres"):
+            conn.execute(f.sql.encode("utf-8"))
+        shipped = _pg_objects(conn, PG_PROBE_SCHEMA)
+        have = _pg_objects(conn, PG_SCHEMA)
+    lost = shipped - have
+    gone = {name.split(" ", 1)[1] for name in lost if name.startswith("table ")}
+    # a dropped table's columns went with it: the table says it (as on SQLite)
+    return sorted(n for n in lost if not (n.startswith("column ") and n[7:].split(".")[0] in gone))
+
+
+def _pg_objects(conn: Any, schema: str) -> frozenset[str]:
+    """``"table runs"``, ``"column runs.tenant_id"``, ``"index waits_run"``,
+    ``"function flowdesk_now"``, ``"trigger …"``: the objects in ``schema``."""
+    rows = conn.execute(
+        "SELECT CASE c.relkind WHEN 'i' THEN 'index' WHEN 'v' THEN 'view' ELSE 'table' END "
+        "|| ' ' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %(s)s AND c.relkind IN ('r', 'p', 'i', 'v') "
+        "UNION ALL SELECT 'column ' || table_name || '.' || column_name "
+        "FROM information_schema.columns WHERE table_schema = %(s)s "
+        "UNION ALL SELECT 'function ' || p.proname FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s "
+        "UNION ALL SELECT 'trigger ' || t.tgname FROM pg_trigger t JOIN pg_class c "
+        "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
+        {"s": schema},
+    ).fetchall()
+    return frozenset(str(r[0]) for r in rows)
 
 
 def apply(conn: Any, files: Iterable[SchemaFile] | None = None, db: str = "") -> list[SchemaFile]:

@@ -3,7 +3,8 @@ offer Flowdesk, checked read-only.
 
 Each check is ``(ok, what, detail)`` where ``ok`` is True (fine), False (a
 problem: Flowdesk's guarantees do not hold or it cannot run) or None (a
-warning). Nothing is written to the server.
+warning). Nothing is left on the server: the schema-objects check builds
+the shipped schema in a transaction it rolls back.
 """
 
 from __future__ import annotations
@@ -26,6 +27,34 @@ CLOCK_WARN_S = 1.0
 def _setting(conn: psycopg.Connection[Any], name: str) -> str:
     row = conn.execute("SELECT current_setting(%s, true)", (name,)).fetchone()
     return "" if row is None or row[0] is None else str(row[0])
+
+
+def _objects_check(conn: psycopg.Connection[Any]) -> Check:
+    """Whether a table, column, index, function or trigger of the applied
+    schema was dropped outside Flowdesk (``db apply`` does not create it
+    again: its records say the schema is applied), as SQLite's doctor
+    checks; see :func:`~desktop_app.store.migrations.pg_missing_objects`. A
+    warning when it cannot be checked (a role without ``CREATE`` on the
+    database, a standby)."""
+    try:
+        gone = migrations.pg_missing_objects(conn)
+    except psycopg.Error as exc:
+        detail = (exc.diag.message_primary or str(exc)).strip()
+        return (
+            None,
+            "schema objects",
+            f"not checked: {detail} (the check builds the schema in a transaction it rolls "
+            "back: run doctor as the database owner, on the primary)",
+        )
+    if not gone:
+        return (True, "schema objects", "all present")
+    return (
+        False,
+        "schema objects",
+        f"missing {', '.join(gone)}: dropped outside Flowdesk, and `db apply` does not create "
+        "them again (its records say the schema is applied). Restore the database from a "
+        "backup (stop every Flowdesk process using it first)",
+    )
 
 
 def _pooler_check(conn: psycopg.Connection[Any], pooler: str) -> Check:
@@ -77,9 +106,11 @@ def postgres_checks(url: str, *, workers: int = 0, pooler: str = "none") -> list
                 + ("" if version >= MIN_SERVER else " (Flowdesk needs 14 or newer)"),
             )
         )
+        applied = False
         try:
             states = migrations.status(conn)
             bad = [s for s in states if s.state != "applied"]
+            applied = not bad
             out.append(
                 (
                     not bad,
@@ -92,6 +123,11 @@ def postgres_checks(url: str, *, workers: int = 0, pooler: str = "none") -> list
             )
         except Exception as exc:  # report, never crash the doctor
             out.append((False, "schema", f"{type(exc).__name__}: {exc}"))
+        out.append(
+            _objects_check(conn)
+            if applied
+            else (None, "schema objects", "not checked: the schema is not applied whole (above)")
+        )
         out.append(_pooler_check(conn, pooler))
         row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
         standby = bool(row and row[0])

@@ -37,11 +37,12 @@ from desktop_app.errors import (
     DomainWriteError,
     FlowdeskError,
     SchemaMissingError,
+    SchemaObjectMissingError,
     StoreError,
     TransactionControlError,
 )
 from desktop_app.errors import redact as redact  # its home moved; importers here keep working
-from desktop_app.store.migrations import PG_SCHEMA
+from desktop_app.store import migrations
 from desktop_app.store.protocol import SqlResult
 from desktop_app.store.rows import transaction_control, written_table
 from desktop_app.textsafe import shell_quote
@@ -52,7 +53,7 @@ RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 
 #: The session state each transaction of the store's pool sets first behind a
 #: transaction pooler; ``SET LOCAL`` lasts until COMMIT/ROLLBACK, so it holds there.
-BEGIN_SQL = f"SET LOCAL search_path = {PG_SCHEMA}"
+BEGIN_SQL = f"SET LOCAL search_path = {migrations.PG_SCHEMA}"
 
 
 def connection_kwargs(application_name: str = "flowdesk") -> dict[str, Any]:
@@ -169,7 +170,9 @@ def domain_write_error(exc: Exception, sql: str | None) -> DomainWriteError | No
     return DomainWriteError(table, constraint, kind, f"SQLSTATE {code}: {detail}")
 
 
-def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
+def translate(
+    exc: psycopg.Error, where: str = "", db: str = "", *, records_kept: bool = True
+) -> StoreError:
     """A typed :class:`StoreError` with advice for a psycopg error (by SQLSTATE).
 
     Args:
@@ -177,6 +180,11 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
         db: the database as a command may name it (the URL with its password
             left out): a missing schema's ``db apply`` hint then runs as
             printed (libpq finds the password in PGPASSWORD or ~/.pgpass).
+        records_kept: the schema's records (its ledger) are still in the
+            database, so a Flowdesk table that does not exist was dropped
+            alone (:class:`SchemaObjectMissingError`, which ``db apply``
+            does not mend); ``False``: the whole schema went (a ``DROP
+            SCHEMA``, a restore), and ``db apply`` is the advice.
     """
     at = f" ({where})" if where else ""
     code = exc.sqlstate or ""
@@ -185,6 +193,13 @@ def translate(exc: psycopg.Error, where: str = "", db: str = "") -> StoreError:
             f"lost the connection to PostgreSQL{at}; nothing of the transaction it cut off "
             "was committed. Check that the server is up and retry."
         )
+    gone = (
+        migrations.dropped_table(exc.diag.message_primary or "")
+        if code == "42P01" and records_kept
+        else None
+    )
+    if gone is not None:  # one of its tables, dropped after the schema was applied
+        return SchemaObjectMissingError(gone, where, pooler_note=True)
     if code == "42P01" or code == "3F000":
         apply = (
             f"run `flowdesk --db {shell_quote(db)} db apply` to apply it"

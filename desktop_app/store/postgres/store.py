@@ -95,6 +95,7 @@ from desktop_app.errors import (
     RevisionConflictError,
     RunLeasedError,
     RunStateError,
+    SchemaObjectMissingError,
     ServerUnreachableAtOpenError,
     StoreError,
 )
@@ -503,11 +504,32 @@ class PostgresCheckpointStore:
                     continue
                 if lost and self._give_up_once:
                     self.stop_waiting()
-                raise translate(exc, self.where, self.db) from exc
+                raise self._translated(exc) from exc
             if write:
                 self._own_commits += 1
             self._unreachable = False
             return result
+
+    def _translated(self, exc: psycopg.Error) -> StoreError:
+        """:func:`translate` of ``exc``; a Flowdesk table that does not exist
+        is said to be dropped alone only while the schema's records are
+        still in the database (asked on a pooled connection): with them gone
+        too (``DROP SCHEMA``), ``db apply`` is the advice."""
+        error = translate(exc, self.where, self.db)
+        if not isinstance(error, SchemaObjectMissingError):
+            return error
+        ledger = f"{migrations.PG_SCHEMA}.{migrations.LEDGER}"
+        try:
+            conn = self._getconn()
+            try:
+                row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (ledger,)).fetchone()
+            finally:
+                self.pool.putconn(conn)
+        except (psycopg.Error, PoolTimeout):  # cannot tell: the advice that was given before
+            row = None
+        if row is not None and row[0]:
+            return error
+        return translate(exc, self.where, self.db, records_kept=False)
 
     def _met_outage(self, exc: psycopg.Error) -> None:
         """A try found the server unreachable: the first time since the last

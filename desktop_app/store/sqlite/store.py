@@ -40,6 +40,7 @@ from desktop_app.errors import (
     QueryRefusedError,
     RevisionConflictError,
     RunLeasedError,
+    SchemaObjectMissingError,
     StoreError,
     TransactionControlError,
 )
@@ -466,6 +467,8 @@ class SqliteCheckpointStore:
         if isinstance(exc, apsw.FullError):
             self._wal_needs_truncate = True
             self._truncate_wal()
+        if isinstance(exc, apsw.SQLError) and (gone := migrations.dropped_table(str(exc))):
+            return SchemaObjectMissingError(gone, self.path)
         return translate(exc, self.path)
 
     def _write(
