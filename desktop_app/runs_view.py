@@ -20,7 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from desktop_app.errors import ENDED_RUN_STATUSES, CheckpointDecodeError, moved_to
+from desktop_app.errors import (
+    ENDED_RUN_STATUSES,
+    CheckpointDecodeError,
+    CheckpointNotFoundError,
+    moved_to,
+)
 from desktop_app.flow.owners import holding, lease_abandoned
 from desktop_app.process_state import STOPPED, stopped_pid
 from desktop_app.textsafe import quoted, visible_controls
@@ -87,7 +92,10 @@ def signal_reach(
     taken_by = refused = None
     if wait_id is not None:
         taken_by = before.get(wait_id) or wait_id.rsplit(":", 2)[0]
-        entries = store.latest(taken_by).meta.get("refused_signals", [])
+        try:
+            entries = store.latest(taken_by).meta.get("refused_signals", [])
+        except CheckpointNotFoundError:  # it took it and completed: its flow deletes such runs
+            entries = []
         refused = next((r["reason"] for r in entries if r["signal"] == signal_id), None)
     waiting = store.runs_waiting_for("signal", name, key)
     damaged = []

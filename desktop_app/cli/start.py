@@ -33,6 +33,7 @@ from desktop_app.config import nearest_key
 from desktop_app.errors import (
     ENDED_RUN_STATUSES,
     CheckpointDecodeError,
+    CheckpointNotFoundError,
     ConfigError,
     DiskFullError,
     FlowdeskError,
@@ -536,10 +537,17 @@ def cmd_signal(ctx: Ctx) -> int:
         return EXIT_FAILED
     code = EXIT_OK
     if reach.taken_by is not None:
-        took = sv.checkpoints.get_run(reach.taken_by)
-        print(f"delivered to run {reach.taken_by} (now {took.status})")
-        if took.status != "waiting":  # it went on here: its error and what works on it
-            code = report_hints(ctx, took.run_id, took.status, took.error)
+        try:
+            took = sv.checkpoints.get_run(reach.taken_by)
+        except CheckpointNotFoundError:  # it completed, and its flow deletes such runs
+            print(
+                f"delivered to run {reach.taken_by} (now completed, and deleted: its flow "
+                "deletes the runs that complete)"
+            )
+        else:
+            print(f"delivered to run {reach.taken_by} (now {took.status})")
+            if took.status != "waiting":  # it went on here: its error and what works on it
+                code = report_hints(ctx, took.run_id, took.status, took.error)
     if reach.taken_by is None:
         gone = [r for r in waiting if r not in reach.still_waiting and r not in reach.damaged]
         _say_ended(ctx, sv, gone)

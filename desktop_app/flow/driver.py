@@ -77,6 +77,7 @@ from desktop_app.flow.events import (
     StepStarted,
 )
 from desktop_app.flow.host import DriverHost
+from desktop_app.flow.outbox import delete_when_sent
 from desktop_app.flow.results import RunResult
 from desktop_app.flow.run import RunMeta, forget_answers, run_meta
 from desktop_app.flow.saving import commit_checkpoint
@@ -448,12 +449,20 @@ class RunDriver:
             return self.result()  # still running; resumable by whoever holds it next
         if self.events.listening:
             self.events.publish(RunFinished(self.run_id, self.status, self.error))
+        self.apply_retention()
+        return self.result()
+
+    def apply_retention(self) -> None:
+        """What the flow keeps of a run that stopped: a completed run of a
+        ``delete_on_success`` flow is deleted once its side effects are
+        delivered (:func:`~desktop_app.flow.outbox.delete_when_sent`); a
+        ``keep_last_n`` flow's run keeps its last ``n`` checkpoints. Called
+        when the step loop ends, and when a wake ended the run (a signal
+        taken by its last wait) with no step loop after it."""
         if self.status == "completed" and self.flow.delete_on_success:
-            self.store.delete_run(self.run_id)
-            self.deleted = True
+            self.deleted = delete_when_sent(self.store, self.run_id)
         elif self.flow.keep_last_n is not None and self.status != "running":
             self.store.prune(self.run_id, self.flow.keep_last_n)
-        return self.result()
 
     # -- one step --------------------------------------------------------
 

@@ -53,6 +53,7 @@ from desktop_app.flow.outbox import (
     WITHDRAWN_AFTER_END,
     claimant_is_alive,
     claimant_is_gone,
+    delete_when_sent,
     settle_cancel,
     withdraw_for_cancel,
 )
@@ -920,9 +921,11 @@ class Engine:
 
     def _wake_waiting(self, driver: RunDriver) -> None:
         """Deliver, time out, or keep waiting (``waiting.wake``). A wake that
-        ended the run (its own deadline, or a wait's that has no timeout
-        step) publishes :class:`RunFinished` as a driven run's end does: no
-        step loop runs after it to publish it.
+        ended the run (its own deadline, a wait's that has no timeout step,
+        or a signal taken by its last wait) publishes :class:`RunFinished`
+        and applies the flow's retention (``delete_on_success``,
+        ``keep_last_n``) as a driven run's end does: no step loop runs after
+        it to do so.
 
         Raises:
             RunStateError: another process canceled the run between its read
@@ -937,8 +940,10 @@ class Engine:
                 f"run {driver.run_id} was canceled a moment ago by another process; "
                 "nothing was delivered"
             ) from None
-        if driver.status == "timed_out" and self.events.listening:
-            self.events.publish(RunFinished(driver.run_id, driver.status, driver.error))
+        if driver.status in ("timed_out", "completed"):
+            if self.events.listening:
+                self.events.publish(RunFinished(driver.run_id, driver.status, driver.error))
+            driver.apply_retention()
 
     def tick(
         self,
@@ -961,6 +966,7 @@ class Engine:
         count = 0
         if not self.executes:
             return 0
+        self._delete_sent_runs()
         for run_id in self.store.wakeable_runs(self.clock.now()):
             if run_id in skip:
                 continue
@@ -1094,6 +1100,16 @@ class Engine:
             return event_id
         self._deliver(f"event {event_id}", self.store.runs_waiting_for("event", event_type))
         return event_id
+
+    def _delete_sent_runs(self) -> None:
+        """Delete the completed runs of this engine's ``delete_on_success``
+        flows that were kept until their side effects were delivered
+        (:func:`~desktop_app.flow.outbox.delete_when_sent`), oldest first,
+        at most 100 a tick: one indexed query per such flow, none without."""
+        names = sorted({f.name for f in self._flows.values() if f.delete_on_success})
+        for name in names:
+            for run in self.store.list_runs(statuses=["completed"], flow_name=name, limit=100):
+                delete_when_sent(self.store, run.run_id)
 
     def serve(
         self,

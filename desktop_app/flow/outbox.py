@@ -64,7 +64,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from desktop_app.errors import DiskFullError, FlowdeskError, StoreError
+from desktop_app.errors import CheckpointNotFoundError, DiskFullError, FlowdeskError, StoreError
 from desktop_app.flow.clock import Clock, SystemClock
 from desktop_app.flow.owners import new_owner, owner_is_alive, owner_is_dead
 from desktop_app.store.protocol import CheckpointStore, Intent, Withdrawal
@@ -301,6 +301,31 @@ def settle_cancel(
     if done.withdrawn:
         log.info("run %s canceled: %d queued intents withdrawn", run_id, len(done.withdrawn))
     return done
+
+
+#: outbox statuses that keep a ``delete_on_success`` run: not delivered yet
+#: (``pending``, ``sending``), or given up on (``failed``: the run shows it)
+KEEPS_THE_RUN = ("pending", "sending", "failed")
+
+
+def delete_when_sent(store: CheckpointStore, run_id: str) -> bool:
+    """Delete the completed run ``run_id`` of a ``delete_on_success`` flow
+    unless one of its side effects is not delivered: its queued intents are
+    claimed through the run's row (scope, lease, a ``db copy``'s move), so
+    deleting it with an intent still pending left that effect undelivered
+    for ever, and hid it (a tryout). A run kept so is deleted by the next
+    :meth:`~desktop_app.flow.engine.Engine.tick` of an engine that runs its
+    flow once its last intent is delivered; one with an intent given up on
+    (``failed``) stays, to show it. Returns whether the run is gone.
+
+    Raises:
+        StoreError: the store failed (the run stays, completed).
+    """
+    if store.intents(KEEPS_THE_RUN, 1, run_id=run_id):
+        return False
+    with contextlib.suppress(CheckpointNotFoundError):  # another engine's tick was first
+        store.delete_run(run_id)
+    return True
 
 
 #: what follows once a full disk that stopped a delivery pass has space again

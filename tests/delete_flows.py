@@ -1,0 +1,61 @@
+"""Flows that delete their runs on success (``delete_on_success``),
+registered in subprocesses through ``FLOWDESK_FLOWS``.
+
+``paid_notify``: waits for signal ``paid`` keyed by the order, then queues
+one ``http`` side effect (a program's own destination: no ``flowdesk``
+process delivers it). ``paid_only``: the same wait, and no side effect;
+``asked_only``: one question.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+
+class Order(BaseModel):
+    key: str
+    paid: dict[str, Any] | None = None
+
+
+def notify(state: Order, ctx: Any) -> dict[str, Any]:
+    ctx.send("http", {"key": state.key})
+    return {}
+
+
+paid_notify = (
+    FlowBuilder("paid_notify", Order, delete_on_success=True)
+    .wait_signal("payment", "paid", key=lambda s: s.key, into="paid")
+    .step("notify", notify)
+    .chain("payment", "notify")
+    .finish("notify")
+    .compile()
+)
+
+paid_only = (
+    FlowBuilder("paid_only", Order, delete_on_success=True)
+    .wait_signal("payment", "paid", key=lambda s: s.key, into="paid")
+    .compile()
+)
+
+
+
+class Asked(BaseModel):
+    key: str
+    ok: str | None = None
+
+
+#: ``asked_only``: one question, then done (an answer completes it)
+asked_only = (
+    FlowBuilder("asked_only", Asked, delete_on_success=True)
+    .await_input("approve", "ok", prompt="OK?")
+    .compile()
+)
+
+FLOWS_ENV = (
+    '["tests.delete_flows:paid_notify", "tests.delete_flows:paid_only", '
+    '"tests.delete_flows:asked_only"]'
+)

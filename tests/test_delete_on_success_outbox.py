@@ -1,0 +1,116 @@
+"""``delete_on_success`` and the outbox: a run is deleted once its side
+effects are delivered, never before.
+
+A tryout: a flow that deletes its runs on success queued an HTTP post in
+its last step; the run was deleted as it completed, its intent stayed
+``pending`` with no run row, and no dispatcher ever claimed it (claims go
+through the run's row): the post was never made, and nothing showed it.
+`flowdesk signal`, whose signal completed such a run, said "no run ... in
+scope" and exited 1. Now the run stays, completed, until its last intent
+is delivered; the next engine tick deletes it; an intent given up on keeps
+it; the signal says what happened."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from desktop_app.errors import CheckpointNotFoundError
+from desktop_app.flow import Engine
+from desktop_app.flow.outbox import Dispatcher
+from tests.cli_support import flowdesk
+from tests.delete_flows import FLOWS_ENV, Order, paid_notify, paid_only
+
+ENV = {"FLOWDESK_FLOWS": FLOWS_ENV}
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest) -> Any:
+    if request.param == "memory":
+        from desktop_app.store.memory.store import InMemoryCheckpointStore
+
+        return InMemoryCheckpointStore()
+    return request.getfixturevalue(f"{'pg' if request.param == 'postgres' else 'sqlite'}_store")
+
+
+class Counting:
+    """A destination that counts what it is sent (by idempotency key)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: dict[str, int] = {}
+        self.fail = fail
+
+    def send(self, idempotency_key: str, payload: Any) -> str:
+        if self.fail:
+            err = RuntimeError("refused for good")
+            err.retryable = False  # type: ignore[attr-defined]
+            raise err
+        self.sent[idempotency_key] = self.sent.get(idempotency_key, 0) + 1
+        return "ok"
+
+
+@pytest.mark.scenario("S125")
+def test_a_deleted_on_success_run_waits_for_its_side_effect_then_goes(store) -> None:
+    engine = Engine(store, flows=[paid_notify])
+    run_id = engine.run("paid_notify", Order(key="k1")).run_id
+    engine.signal("paid", "k1", {"amount": 3})
+    assert store.get_run(run_id).status == "completed"  # kept: its post is not made yet
+    engine.tick()
+    assert store.get_run(run_id).status == "completed"  # still queued: still kept
+    http = Counting()
+    assert Dispatcher(store, {"http": http}).dispatch() == 1
+    assert list(http.sent.values()) == [1]
+    engine.tick()  # delivered: now it goes
+    with pytest.raises(CheckpointNotFoundError):
+        store.get_run(run_id)
+    assert Dispatcher(store, {"http": http}).dispatch() == 0
+    assert list(http.sent.values()) == [1]  # made once
+
+
+def test_a_run_whose_side_effect_was_given_up_on_is_kept(store) -> None:
+    engine = Engine(store, flows=[paid_notify])
+    run_id = engine.run("paid_notify", Order(key="k2")).run_id
+    engine.signal("paid", "k2", {"amount": 3})
+    assert Dispatcher(store, {"http": Counting(fail=True)}).dispatch() == 0
+    assert [i.status for i in store.intents(("failed",), 10, run_id=run_id)] == ["failed"]
+    engine.tick()
+    assert store.get_run(run_id).status == "completed"  # the failure stays visible
+
+
+def test_a_run_with_no_side_effect_is_deleted_as_it_completes(store) -> None:
+    engine = Engine(store, flows=[paid_only])
+    run_id = engine.run("paid_only", Order(key="k3")).run_id
+    result = engine.signal("paid", "k3", {"amount": 3})
+    assert result is not None
+    with pytest.raises(CheckpointNotFoundError):
+        store.get_run(run_id)
+
+
+@pytest.mark.scenario("S125")
+@pytest.mark.parametrize("flow", ["paid_notify", "paid_only"])
+def test_signal_says_it_completed_a_run_deleted_on_success(tmp_path, flow: str) -> None:
+    from desktop_app.store.sqlite.store import open_store
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", flow, "--input", '{"key": "k1"}', env=ENV)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    sent = flowdesk(db, "signal", "paid", "k1", "--payload", '{"amount": 3}', env=ENV)
+    assert sent.returncode == 0, sent.stderr
+    assert "Traceback" not in sent.stderr
+    if flow == "paid_only":
+        assert f"delivered to run {run_id} (now completed, and deleted" in sent.stdout, sent
+        return
+    assert f"delivered to run {run_id} (now completed)" in sent.stdout, sent
+    store = open_store(db)
+    try:
+        http = Counting()
+        assert Dispatcher(store, {"http": http}).dispatch() == 1
+        Engine(store, flows=[paid_notify]).tick()
+        with pytest.raises(CheckpointNotFoundError):
+            store.get_run(run_id)
+        assert list(http.sent.values()) == [1]
+    finally:
+        store.close()
