@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import errno
 import fcntl
 import json
 import os
@@ -529,7 +530,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--format", choices=["json", "csv"], default="json")
     p.add_argument("--table", action="append", help="only this table (repeatable)")
     p.add_argument("--scope", default="default", help="only the runs of this scope")
+    p.add_argument("--doctor", default="flowdesk doctor", help="the doctor command to print")
     args = p.parse_args(argv)
+    try:
+        return _main(args)
+    except OSError as exc:  # writing the files: a full disk, a quota, an I/O error
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        print(
+            f"flowdesk export: cannot write in {args.out}: "
+            + (
+                f"the disk holding it is full ({exc.strerror}); free space on it or give "
+                "--out a folder on another disk"
+                if full
+                else f"{exc.strerror or exc}"
+            )
+            + "; nothing was written (the folder is as it was)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _main(args: argparse.Namespace) -> int:
+    """:func:`main` once its arguments are read; returns the exit status."""
     if is_postgres_url(args.db):
         import psycopg
 
@@ -545,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"flowdesk export: {exc}", file=sys.stderr)
             return 2
         _report(counts, args.out, args.scope)
-        return 0
+        return _said_absent(counts, args)
     args.db = Path(args.db)
     if not args.db.is_file():
         print(f"flowdesk export: no database at {args.db}", file=sys.stderr)
@@ -569,7 +591,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     assert "apsw" not in sys.modules, "export must not load apsw"
     _report(counts, args.out, args.scope)
-    return 0
+    return _said_absent(counts, args)
+
+
+def _said_absent(counts: dict[str, int], args: argparse.Namespace) -> int:
+    """The exit status of an export that wrote ``counts``: 1, said on
+    stderr, when it was asked for every table (no ``--table``) and a table
+    Flowdesk's schema creates is not in the database (dropped outside
+    Flowdesk, or a schema not applied whole): the export holds the rest,
+    and is not whole. A tryout: it left such a table out without a word."""
+    absent = [t for t in DEFAULT_TABLES if t not in counts] if not args.table else []
+    if not absent:
+        return 0
+    print(
+        f"flowdesk export: the database has no table {', '.join(absent)}, which Flowdesk's "
+        f"schema creates, so the export holds every other table and is not whole; "
+        f"`{args.doctor}` says what is missing and what to do",
+        file=sys.stderr,
+    )
+    return 1
 
 
 #: the tables holding the runs ``flowdesk runs`` lists, and what each row is

@@ -305,3 +305,23 @@ def test_opening_a_store_on_a_full_disk_says_no_run_stopped(small_disk):
     assert said.endswith("Free at least 5 MiB on that disk, then open it again."), said
     filler.unlink()
     open_store(db).close()
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_export_to_a_full_disk_says_so_and_writes_nothing(small_disk, tmp_path, fmt):
+    """A tryout: `export` onto a full disk ended in a traceback (`OSError:
+    [Errno 28]`). It says the disk holding the folder is full and that
+    nothing was written, and leaves the folder as it was."""
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    out = small_disk / "exp"
+    fill(small_disk)
+    done = flowdesk(db, "export", "--out", str(out), "--format", fmt)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        f"flowdesk export: cannot write in {out}: the disk holding it is full (No space left "
+        "on device); free space on it or give --out a folder on another disk; nothing was "
+        "written (the folder is as it was)"
+    )
+    assert not out.exists() or not any(out.iterdir())

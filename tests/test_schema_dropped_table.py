@@ -96,6 +96,30 @@ def test_a_dropped_table_is_said_on_postgres_and_its_doctor_lists_it(pg_url: str
     assert left == (0,)
 
 
+def test_an_export_without_a_dropped_table_says_it_is_not_whole(tmp_path: Path) -> None:
+    """A tryout: `export` left a dropped table out without a word (exit 0).
+    It writes every other table, says which one the database lacks and
+    exits 1; the doctor it names, run as printed, lists it."""
+    db = str(tmp_path / "f.db")
+    assert flowdesk(db, "db", "apply").returncode == 0
+    _drop_waits(db)
+    out = tmp_path / "exp"
+    done = flowdesk(db, "export", "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    assert (out / "runs.json").exists() and not (out / "waits.json").exists()
+    said = re.search(
+        r"flowdesk export: the database has no table waits, which Flowdesk's schema creates, "
+        r"so the export holds every other table and is not whole; `(flowdesk [^`]+)` says what "
+        r"is missing and what to do",
+        done.stderr,
+    )
+    assert said is not None, done.stderr
+    doctor = as_printed(said.group(1), dict(os.environ))
+    assert "table waits: dropped outside Flowdesk" in doctor.stdout, doctor.stdout
+    # asked for by name, the other tables are a whole export
+    assert flowdesk(db, "export", "--out", str(out), "--table", "runs").returncode == 0
+
+
 def test_only_flowdesk_tables_are_taken_for_dropped_ones() -> None:
     """A step's own SQL on a table of its own keeps SQLite's words: only a
     table the shipped schema creates is said to be dropped outside Flowdesk."""

@@ -432,6 +432,8 @@ def cmd_export(ctx: Ctx) -> int:
         a.format,
         "--scope",  # only this scope's runs, as `runs` lists them
         ctx.settings.scope,
+        "--doctor",  # printed when a table is missing: with the user's --db
+        ctx.hints.cmd("doctor"),
     ]
     for table in a.table or []:
         cmd += ["--table", table]
