@@ -424,6 +424,13 @@ class WalMissingError(StoreError):
 RESUME_SPACE_BYTES = 1000 * 4096 + 2**20
 
 
+def _amount(n_bytes: int) -> str:
+    """``5 MiB`` (whole MiB, rounded up), or ``120 KiB`` below one MiB."""
+    if n_bytes >= 2**20:
+        return f"{-(-n_bytes // 2**20)} MiB"
+    return f"{-(-n_bytes // 1024)} KiB"
+
+
 class DiskFullError(StoreError):
     """A disk is full (ENOSPC): nothing more was written and nothing committed
     is lost. By default the message is the one for a run: it stopped at its
@@ -462,7 +469,7 @@ class DiskFullError(StoreError):
         self.needed_bytes = needed_bytes
         self.unsaved = unsaved
         after = f"run `{then}`" if again is None else again
-        free = f"Free at least {needed_bytes / 2**20:.0f} MiB on that disk, then {after}."
+        free = f"Free at least {_amount(needed_bytes)} on that disk, then {after}."
         if queued is not None:
             text = (
                 f"the disk holding {where} is full; the run completed and {queued}, to be "

@@ -30,6 +30,8 @@ from tests import cli_forkserver
 from tests.cli_support import flowdesk
 from tests.tmpfs_support import mounted_tmpfs
 
+APPROVAL = json.dumps(["desktop_app.examples.approval:approval"])
+
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
@@ -325,3 +327,45 @@ def test_export_to_a_full_disk_says_so_and_writes_nothing(small_disk, tmp_path, 
         "written (the folder is as it was)"
     )
     assert not out.exists() or not any(out.iterdir())
+
+
+@pytest.mark.postgres
+def test_db_copy_from_a_file_on_a_nearly_full_disk_copies_nothing_and_says_so(small_disk, pg_url):
+    """A tryout: `db copy` from a file whose disk had ~36 KiB left committed
+    the copy on PostgreSQL, then could not mark the runs moved in the file:
+    both databases held them live and a side effect was made from both.
+    The room the marks need is checked before PostgreSQL commits: nothing
+    is copied, the message says what to free, and the command it prints,
+    run as printed once space is free, moves the runs."""
+    from tests.cli_support import as_printed
+
+    db = small_disk / "f.db"
+    env = {"FLOWDESK_FLOWS": APPROVAL}
+    assert flowdesk(db, "db", "apply").returncode == 0
+    runs = [
+        flowdesk(db, "start", "approval", "--input", json.dumps({"order": f"o-{i}"}), env=env)
+        for i in range(3)
+    ]
+    run_ids = [r.stdout.split()[0] for r in runs]
+    room = small_disk / "room"
+    room.write_bytes(b"\0" * 36 * 1024)
+    filler = fill(small_disk)
+    room.unlink()  # ~36 KiB left
+    copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url, env=env)
+    assert copied.returncode == 1, copied.stderr
+    said = re.fullmatch(
+        rf"flowdesk: the disk holding the database {re.escape(str(db))} is full \(no space "
+        r"left on the device\); nothing more was written and nothing saved before is lost\. "
+        r"Free at least \d+ KiB on that disk, then run `(flowdesk .+)`\.\n",
+        copied.stderr,
+    )
+    assert said is not None, copied.stderr
+    there = flowdesk(pg_url, "runs", "-o", "json")
+    assert json.loads(there.stdout) == [], there.stdout  # nothing copied
+    here = {r["run_id"]: r["status"] for r in json.loads(flowdesk(db, "runs", "-o", "json").stdout)}
+    assert here == dict.fromkeys(run_ids, "waiting")
+    filler.unlink()
+    again = as_printed(said.group(1), {**os.environ, **env})
+    assert again.returncode == 0, again.stderr
+    moved = flowdesk(db, "resume", run_ids[0], env=env)
+    assert moved.returncode == 1 and "moved to" in moved.stderr, moved.stderr

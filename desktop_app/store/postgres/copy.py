@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -82,6 +83,7 @@ from desktop_app.errors import (
     CopySourceMovedError,
     CopyTargetNotEmptyError,
     DatabaseOpenError,
+    DiskFullError,
     StoreError,
     moved_to,
 )
@@ -359,6 +361,11 @@ def _mark_moved_then_commit(
         return
     conn = open_connection(path, create=False)
     try:
+        _room_to_mark(conn, path, sum(map(len, unfinished.values())) + len(intents))
+    except BaseException:
+        conn.close()
+        raise
+    try:
         changed: list[str] = []
         try:
             with conn:
@@ -395,13 +402,35 @@ def _mark_moved_then_commit(
                 dst.commit()  # then the file commits, leaving this block
         except apsw.Error as exc:
             if dst.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:  # committed
+                error = translate(exc, path)
+                why = "its disk is full" if isinstance(error, DiskFullError) else str(error)
                 raise StoreError(
                     f"the copy committed on {moved_to(owner)}, but its runs could not be marked "
-                    f"moved in {path}: {translate(exc, path)}; do not resume them from {path}"
+                    f"moved in {path} ({why}): both databases hold them now, and they go on "
+                    f"from {moved_to(owner)}. Run no Flowdesk process on {path} (not the app, "
+                    "`flowdesk agent`, resume, answer or signal): there they are not marked "
+                    "moved, and their steps and side effects would be made a second time"
                 ) from exc
             raise translate(exc, path) from exc
     finally:
         conn.close()
+
+
+def _room_to_mark(conn: apsw.Connection, path: str, rows: int) -> None:
+    """Refuse, before PostgreSQL commits, a copy whose marks (``rows`` runs,
+    threads and intents to mark moved) the disk holding the file ``path``
+    may not hold: that write commits after PostgreSQL's, so a full disk then
+    left the runs live in both databases (a tryout: a side effect made from
+    both). Each mark may touch a few pages (the row's, its indexes'), each
+    a WAL frame; generous, as a disk this near full fails soon anyway.
+
+    Raises:
+        DiskFullError: too little free space; nothing was copied.
+    """
+    page = int(str(conn.execute("PRAGMA page_size").fetchall()[0][0]))
+    needed = (4 * rows + 16) * (page + 24)
+    if shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free < needed:
+        raise DiskFullError(f"the database {path}", needed_bytes=needed, paused=False)
 
 
 def held_runs(src: apsw.Connection, now: float) -> list[str]:
