@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -191,6 +192,23 @@ class Ctx:
         self.unanswered: str | None = None
         #: the skewed-clock warning was printed (once per command)
         self._skew_said = False
+        #: the databases this command opened (:meth:`close_services`)
+        self._opened: list[Services] = []
+
+    def close_services(self) -> None:
+        """Close the databases this command opened, once it is done: closing
+        the last connection to a SQLite file folds its write-ahead log into
+        the file and removes it, so a plain copy of the file holds every
+        commit (a tryout: after `start` or `answer` the ``-wal`` stayed,
+        holding them, and a copy of the file alone had none of its runs).
+        One whose engine still executes a run (a step that outlived a
+        Ctrl-C) is left open: its process ends anyway."""
+        opened, self._opened = self._opened, []
+        for services in opened:
+            if services.engine.executing():
+                continue
+            with contextlib.suppress(Exception):  # closing is tidying: never the outcome
+                services.close()
 
     def on_interrupt(self) -> tuple[str, str]:
         """What continues what Ctrl-C stopped: ``(command, what it does)``,
@@ -297,6 +315,7 @@ class Ctx:
         from desktop_app.store.protocol import ServerOutages
 
         services = open_services(self.settings, events=events, flows=flows)
+        self._opened.append(services)
         stop_signals.watch(services.engine.events)
         for problem in services.flow_problems:
             print(f"flowdesk: warning: {problem.error} (other flows work)", file=sys.stderr)
