@@ -512,3 +512,11 @@ def merged_page(
     rows: list[Any] = sorted([*flows, *newest], key=_key, reverse=True)
     start = offset - before
     return rows[start : start + size], len(rows) > start + size
+
+
+def steps_run_again(history: Sequence[Any], revision: int) -> list[str]:
+    """The steps a replay (or fork) from ``revision`` executes again: those
+    the run took after it (``history``: its :class:`CheckpointInfo` list),
+    in the order it first took them. What they did (files moved or
+    written, messages sent) is done again by the new run."""
+    return list(dict.fromkeys(h.step_id for h in history if h.revision > revision and h.step_id))

@@ -1,10 +1,10 @@
-"""Flows that delete their runs on success (``delete_on_success``),
+"""Flows with a retention policy (``delete_on_success``, ``keep_last_n``),
 registered in subprocesses through ``FLOWDESK_FLOWS``.
 
 ``paid_notify``: waits for signal ``paid`` keyed by the order, then queues
 one ``http`` side effect (a program's own destination: no ``flowdesk``
 process delivers it). ``paid_only``: the same wait, and no side effect;
-``asked_only``: one question.
+``asked_only``: one question. ``pruned``: see below.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ paid_only = (
 )
 
 
-
 class Asked(BaseModel):
     key: str
     ok: str | None = None
@@ -55,7 +54,34 @@ asked_only = (
     .compile()
 )
 
+
+class Count(BaseModel):
+    n: int = 0
+
+
+def bump(state: Count) -> dict[str, int]:
+    return {"n": state.n + 1}
+
+
+def post(state: Count, ctx: Any) -> dict[str, int]:
+    ctx.send("http", {"n": state.n})
+    return {"n": state.n + 1}
+
+
+#: ``pruned``: three counting steps, then ``post`` queues a side effect;
+#: only the last two checkpoints are kept (``keep_last_n``)
+pruned = (
+    FlowBuilder("pruned", Count, keep_last_n=2)
+    .step("one", bump)
+    .step("two", bump)
+    .step("three", bump)
+    .step("post", post)
+    .chain("one", "two", "three", "post")
+    .finish("post")
+    .compile()
+)
+
 FLOWS_ENV = (
     '["tests.delete_flows:paid_notify", "tests.delete_flows:paid_only", '
-    '"tests.delete_flows:asked_only"]'
+    '"tests.delete_flows:asked_only", "tests.delete_flows:pruned"]'
 )

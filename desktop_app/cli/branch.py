@@ -15,7 +15,9 @@ otherwise, before ``--changes`` are read: a live run's refusal names
 ``CHECKPOINT`` is ``RUN`` (its first kept checkpoint, revision 0 unless
 ``keep_last_n`` pruned it: the run's start, so the whole flow runs again on
 the same input) or ``RUN:REVISION`` as ``flowdesk show RUN`` lists them.
-Like ``run``/``start``, the new run's id is the first line of stdout.
+Like ``run``/``start``, the new run's id is the first line of stdout; before
+it executes, stderr names the steps it runs again (their side effects are
+made again) and a first kept checkpoint that is not the run's start.
 """
 
 from __future__ import annotations
@@ -141,6 +143,37 @@ def _same_version(sv: Services, run_id: str) -> None:
     )
 
 
+def _say_run_again(sv: Services, checkpoint: str, *, implied: bool) -> None:
+    """Before a replay or fork from ``checkpoint`` executes: which steps it
+    runs again, whose side effects are made again (stderr; the app's
+    Replay dialog says the same before it asks), and that a ``RUN`` given
+    without a revision (``implied``) starts from its first kept checkpoint when
+    ``keep_last_n`` pruned the ones before it (a tryout: a replay of a
+    pruned run made its last step's post again without a word)."""
+    import sys
+
+    from desktop_app.runs_view import steps_run_again
+    from desktop_app.words import listing
+
+    run_id, _, rev = checkpoint.rpartition(":")
+    history = sv.checkpoints.history(run_id)
+    revision = int(rev)
+    if implied and revision:
+        print(
+            f"revision {revision} is the first checkpoint run {run_id} keeps (its flow "
+            "prunes older ones: keep_last_n)",
+            file=sys.stderr,
+        )
+    again = steps_run_again(history, revision)
+    if again:
+        what = "what they did" if len(again) > 1 else "what it did"
+        print(
+            f"runs again: {listing(again)}; {what} (files moved or written, messages sent) "
+            "is done again",
+            file=sys.stderr,
+        )
+
+
 def _branch(ctx: Ctx, fork: bool) -> int:
     from pydantic import ValidationError
 
@@ -153,6 +186,8 @@ def _branch(ctx: Ctx, fork: bool) -> int:
     checkpoint = checkpoint_of(ctx, sv, ctx.args.checkpoint)
     _same_version(sv, checkpoint.partition(":")[0])
     changes = _changes(ctx, sv, checkpoint) if fork else None
+    # RUN alone (checkpoint_of's reading): its first kept checkpoint
+    _say_run_again(sv, checkpoint, implied=not ctx.args.checkpoint.rpartition(":")[2].isdigit())
     engine = sv.engine
     try:
         result = execute_new_run(

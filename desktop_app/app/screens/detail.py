@@ -79,6 +79,7 @@ from desktop_app.runs_view import (
     MOVED,
     display_status,
     row_actions,
+    steps_run_again,
     stopped_holder,
     stopped_holder_words,
 )
@@ -752,9 +753,7 @@ class RunDetailScreen(Screen[None]):
         """What a replay from ``revision`` executes again: the steps this run
         took after it (as far as its timeline is read), whose side effects
         (files moved or written, messages sent) happen again."""
-        again = list(
-            dict.fromkeys(h.step_id for h in self.history if h.revision > revision and h.step_id)
-        )
+        again = steps_run_again(self.history, revision)
         damage = self.damage
         if (
             isinstance(damage, CheckpointCorruptError)
