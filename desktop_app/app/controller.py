@@ -52,6 +52,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     UnknownFlowError,
+    WaitAlreadyResolvedError,
 )
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flow.outbox import WITHDRAWN_AFTER_END
@@ -732,6 +733,8 @@ class Controller:
             error = unregistered_in_app(run_id, exc, "answer", "answered")
         except FlowVersionMismatchError as exc:  # the Engine's words name its methods
             error = app_version_refusal(exc, again="a")
+        except WaitAlreadyResolvedError as exc:
+            error = self._resolved_already(engine, run_id, exc)
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
@@ -764,6 +767,23 @@ class Controller:
             asking[0].post_message(AnswerAccepted(run_id, wait_id))
         if result is not None:
             self.announce(result)
+
+    def _resolved_already(self, engine: Engine, run_id: str, exc: WaitAlreadyResolvedError) -> str:
+        """What an answer the engine refused as given already says: for a run
+        that timed out (its deadline resolved the question: nobody may have
+        answered it), what ``flowdesk answer`` says, the run's status and that
+        nothing was answered; else the engine's words (answered elsewhere,
+        the first answer stands)."""
+        try:
+            run = engine.store.get_run(run_id)
+        except FlowdeskError:
+            return str(exc)
+        if run.status != "timed_out":
+            return str(exc)
+        return (
+            f"Run {short_id(run_id)} is {display_status(run, self._host.now())}, not waiting "
+            "for an answer; nothing was answered."
+        )
 
 
 def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str, done: str) -> str:
