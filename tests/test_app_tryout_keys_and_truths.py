@@ -2,12 +2,18 @@
 Textual's pilot on a real SQLite file: the filter bar's lists are chosen from
 with the keyboard (enter in an open list chose nothing and opened the selected
 run); an answer given after its question timed out says the run timed out and
-nothing was answered (it said the question "was already answered")."""
+nothing was answered (it said the question "was already answered"); a cancel
+and a timer on a full disk say what happened to the run and the command to run
+once space is free, with the app's ``--db`` (they said the run stopped,
+"interrupted", and `flowdesk resume --all`, with no ``--db``)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 from textual.widgets import Button, Select
 from textual.widgets._select import SelectOverlay
@@ -15,13 +21,18 @@ from textual.widgets._select import SelectOverlay
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.cli.output import Hints
 from desktop_app.config import load_settings
 from desktop_app.flow import Engine, FlowBuilder
 from desktop_app.flow.clock import ManualClock
 from desktop_app.flow.definition import CompiledFlow
 from desktop_app.store.sqlite.store import open_store
-from tests.app_support import answer_dialog, settle, wait_until
+from tests.app_support import answer_dialog, messages, settle, wait_until
+from tests.cli_support import as_printed, flowdesk
 from tests.test_app_runs_view import START, note_flow, three_runs
+from tests.test_full_disk import fill
+from tests.timer_flows import FLOWS_ENV, NAP_S, Order, napper
+from tests.tmpfs_support import mounted_tmpfs
 
 SIZE = (120, 40)
 
@@ -142,3 +153,90 @@ async def test_an_answer_after_the_deadline_says_the_run_timed_out_not_already_a
         )
         assert "already answered" not in said
     assert status_of(db, run_id) == "timed_out"
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A 2 MiB tmpfs mounted in ``tmp_path``; the timer flows registered
+    (``FLOWDESK_FLOWS``) for the app and the commands it prints."""
+    monkeypatch.setenv("FLOWDESK_FLOWS", FLOWS_ENV)
+    with mounted_tmpfs(tmp_path / "disk", "2m") as mnt:
+        yield mnt
+
+
+def full_disk_app(db: Path, clock: ManualClock | None = None) -> FlowdeskApp:
+    """The app as ``flowdesk --db DB app`` opens it (its hints carry ``--db``)."""
+    return FlowdeskApp(load_settings(db_path=db), hints=Hints(str(db), None), clock=clock)
+
+
+async def test_a_cancel_on_a_full_disk_says_to_cancel_again_with_the_app_s_db(
+    small_disk: Path,
+) -> None:
+    """The run waits; the cancel's save finds the disk full. The app said
+    the run "stopped at its last saved step, shown as interrupted" and to
+    run `flowdesk resume --all` (no ``--db``: the default database). It says
+    nothing was written and to run the cancel again, which works as printed."""
+    db = small_disk / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    app = full_disk_app(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.runs_screen.selected_run_id() == run_id
+        filler = fill(small_disk)
+        await pilot.press("c")
+        await settle(pilot)
+        await pilot.press("y")
+        await wait_until(pilot, lambda: bool(messages(app, "error")))
+        [said] = messages(app, "error")
+    again = f"flowdesk --db {db} cancel {run_id}"
+    assert said == (
+        f"Run {run_id[:8]} was not canceled: the disk holding the database {db} is full (no "
+        "space left on the device); nothing more was written and nothing saved before is lost. "
+        f"Free at least 5 MiB on that disk, then run `{again}`."
+    )
+    assert "interrupted" not in said and "resume" not in said
+    assert status_of(db, run_id) == "waiting"
+    filler.unlink()  # the user frees space and runs the command as printed
+    done = as_printed(said[said.index("`") + 1 : said.rindex("`")], env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert status_of(db, run_id) == "canceled"
+
+
+async def test_a_timer_fired_on_a_full_disk_says_the_run_still_waits_and_resume_run(
+    small_disk: Path,
+) -> None:
+    """A run's timer is due while the app is open on a full disk: the wake's
+    save fails, the run still waits. The app said it "stopped at its last
+    saved step, shown as interrupted" and `flowdesk resume --all` (no
+    ``--db``); it says nothing was written, and the ``resume RUN`` that wakes
+    it, with the app's ``--db``, which works as printed."""
+    db = small_disk / "f.db"
+    bootstrap.apply_schema(load_settings(db_path=db))
+    clock = ManualClock(START)
+    engine = Engine(open_store(db), flows=[napper], clock=clock)
+    try:
+        run_id = engine.run("napper", Order(order="A")).run_id  # sleeps NAP_S seconds
+    finally:
+        engine.store.close()
+    app = full_disk_app(db, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        filler = fill(small_disk)
+        clock.advance(NAP_S + 1)  # the timer is due: the app fires it
+        await wait_until(pilot, lambda: bool(messages(app, "error")))
+        said = messages(app, "error")[0]
+        assert status_of(db, run_id) in ("waiting", "completed")  # the app fires it again
+    then = f"flowdesk --db {db} resume {run_id}"
+    assert said == (
+        f"Run {run_id[:8]}: the disk holding the database {db} is full (no space left on the "
+        "device); nothing more was written and nothing saved before is lost. Free at least "
+        f"5 MiB on that disk, then run `{then}`."
+    )
+    assert "interrupted" not in said and "--all" not in said
+    filler.unlink()  # the user frees space and runs the command as printed
+    done = as_printed(said[said.index("`") + 1 : said.rindex("`")], env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert f"run {run_id} completed" in done.stdout

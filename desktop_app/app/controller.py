@@ -43,6 +43,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_summary import damaged_in_app
 from desktop_app.errors import (
     CheckpointDecodeError,
+    CheckpointNotFoundError,
     ConfigError,
     DiskFullError,
     FlowdeskError,
@@ -246,9 +247,35 @@ class Controller:
             self._say(unregistered_in_app(run_id, outcome.exception, "resume", "resumed"), "error")
         elif isinstance(outcome.exception, CheckpointDecodeError):
             self._say(damaged_in_app(outcome.exception), "error")
+        elif isinstance(outcome.exception, DiskFullError):  # `resume RUN`, not `resume --all`
+            said = self._disk_full(outcome.exception, run_id, f"resume {run_id}", executed=True)
+            self._say(f"Run {short_id(run_id)}: {said}", "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
+
+    def _disk_full(self, exc: DiskFullError, run_id: str, then: str, *, executed: bool) -> str:
+        """``exc``, met by what the app did to run ``run_id``, worded as the
+        CLI words it (:meth:`DiskFullError.for_command`): ``then`` is the
+        command that does it once space is free, printed with the app's
+        ``--db``/``--scope`` (without, pasted as shown it would act on the
+        default database). ``executed``: the app was executing the run (a
+        resume, a timer); it is said stopped at its last saved step (shown
+        interrupted) only then, and only when it was left so (stored
+        ``pending`` or ``running``), not when it still waits (a timer that
+        wrote nothing) or has ended. Call on a worker thread."""
+        engine = self._host.engine
+        assert engine is not None
+        if not executed:  # a cancel: it executes no run
+            return str(exc.for_command(self._host.hints.cmd(then), paused=False))
+        try:
+            run = engine.store.get_run(run_id)
+        except CheckpointNotFoundError:  # a new run whose first save failed: nothing to resume
+            return str(exc.stopping_no_run("start it again"))
+        except FlowdeskError:  # unknown: as a run executed (the CLI's resume says it so)
+            run = None
+        paused = run is None or run.status in INTERRUPTED
+        return str(exc.for_command(self._host.hints.cmd(then), paused=paused))
 
     def fire(self, run_id: str, refuse: Callable[[str, FlowdeskError], None]) -> bool:
         """Wake ``run_id``, a waiting run with a due deadline or an arrived
@@ -288,6 +315,9 @@ class Controller:
             refuse(run_id, exc)
         elif isinstance(exc, RunLeasedError | RunStateError):
             pass  # another process wakes it, or it was canceled meanwhile
+        elif isinstance(exc, DiskFullError):  # `resume RUN` wakes it, not `resume --all`
+            said = self._disk_full(exc, run_id, f"resume {run_id}", executed=True)
+            self._say(f"Run {short_id(run_id)}: {said}", "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
@@ -592,6 +622,9 @@ class Controller:
                     said += "; u on its detail moves back the files it moved"
                 self._say(f"Run {rid} {said}.")
                 return
+        except DiskFullError as exc:  # the cancel again, not `resume --all`
+            said = self._disk_full(exc, run_id, f"cancel {run_id}", executed=False)
+            self._say(f"Run {rid} was not canceled: {said}", "error")
         except FlowdeskError as exc:
             self._say(f"Run {rid} was not canceled: {exc}", "error")
         except Exception as exc:
@@ -753,6 +786,9 @@ class Controller:
                 )
             )
         if asking is None:  # accepted earlier: the run went on, then stopped
+            if full is not None:
+                said = self._disk_full(full, run_id, f"resume {run_id}", executed=True)
+                error = f"Run {short_id(run_id)}: {said}"
             if error:
                 self._say(error, "error")
         elif error:
