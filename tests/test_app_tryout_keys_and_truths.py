@@ -5,21 +5,25 @@ run); an answer given after its question timed out says the run timed out and
 nothing was answered (it said the question "was already answered"); a cancel
 and a timer on a full disk say what happened to the run and the command to run
 once space is free, with the app's ``--db`` (they said the run stopped,
-"interrupted", and `flowdesk resume --all`, with no ``--db``)."""
+"interrupted", and `flowdesk resume --all`, with no ``--db``); a database file
+moved, deleted or replaced while the app has it open turns the app read-only,
+saying so, until it is back (it wrote on into the file no longer at the path)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from textual.widgets import Button, Select
+from textual.widgets import Button, Input, Select
 from textual.widgets._select import SelectOverlay
 
 from desktop_app import bootstrap
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.answer import AnswerScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.cli.output import Hints
 from desktop_app.config import load_settings
@@ -164,7 +168,7 @@ def small_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         yield mnt
 
 
-def full_disk_app(db: Path, clock: ManualClock | None = None) -> FlowdeskApp:
+def app_on(db: Path, clock: ManualClock | None = None) -> FlowdeskApp:
     """The app as ``flowdesk --db DB app`` opens it (its hints carry ``--db``)."""
     return FlowdeskApp(load_settings(db_path=db), hints=Hints(str(db), None), clock=clock)
 
@@ -181,7 +185,7 @@ async def test_a_cancel_on_a_full_disk_says_to_cancel_again_with_the_app_s_db(
     started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.split()[0]
-    app = full_disk_app(db)
+    app = app_on(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert app.runs_screen.selected_run_id() == run_id
@@ -221,7 +225,7 @@ async def test_a_timer_fired_on_a_full_disk_says_the_run_still_waits_and_resume_
         run_id = engine.run("napper", Order(order="A")).run_id  # sleeps NAP_S seconds
     finally:
         engine.store.close()
-    app = full_disk_app(db, clock)
+    app = app_on(db, clock)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         filler = fill(small_disk)
@@ -240,3 +244,60 @@ async def test_a_timer_fired_on_a_full_disk_says_the_run_still_waits_and_resume_
     done = as_printed(said[said.index("`") + 1 : said.rindex("`")], env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     assert f"run {run_id} completed" in done.stdout
+
+
+async def test_a_database_file_moved_away_turns_the_app_read_only_until_it_is_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder of the database the app has open is moved away (``mv``):
+    answering and sending a signal "succeeded" into the file no longer at
+    the path (lost with it, after ``rm -rf``). The app notices at its poll
+    (the path's ``st_dev``/``st_ino`` against the file's at open), says so
+    in its banner and refuses what writes; moved back, it goes on. Another
+    file put at the path is said too."""
+    monkeypatch.setenv("FLOWDESK_FLOWS", FLOWS_ENV)
+    folder, moved = tmp_path / "bad", tmp_path / "bad-moved"
+    folder.mkdir()
+    db = folder / "b.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    app = app_on(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        banner = app.runs_screen.banner
+        assert banner.message == ""
+        folder.rename(moved)
+        await wait_until(pilot, lambda: bool(banner.message))
+        gone = banner.message
+        assert gone.startswith(
+            f"The database file {db} is gone (moved or deleted) since the app opened it: "
+        )
+        assert gone.endswith(
+            f"Put it back at {db} to go on here, or quit (q) and start Flowdesk with --db "
+            "naming where it is now."
+        )
+        assert messages(app, "error") == [gone]
+        for key in ("a", "x"):  # answer, send a signal: refused, saying why
+            app.notices.clear()
+            await pilot.press(key)
+            await settle(pilot)
+            assert app.screen is app.runs_screen, key
+            assert messages(app) == [gone], key
+        assert status_of(moved / "b.db", run_id) == "waiting"  # nothing was written
+        moved.rename(folder)  # put back: the app goes on
+        await wait_until(pilot, lambda: banner.message == "")
+        assert f"The database file {db} is back" in messages(app)[-1]
+        modal = await answer_dialog(pilot)
+        assert isinstance(modal, AnswerScreen)
+        modal.query_one("#answer", Input).focus()
+        await pilot.press(*"ok", "enter")
+        await wait_until(pilot, lambda: status_of(db, run_id) == "completed")
+        await settle(pilot)
+        shutil.copy(db, tmp_path / "other.db")  # another file put at the path
+        os.replace(tmp_path / "other.db", db)
+        await wait_until(pilot, lambda: bool(banner.message))
+        assert banner.message.startswith(
+            f"The database file {db} was replaced by another file since the app opened it: "
+        )

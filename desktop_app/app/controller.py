@@ -123,14 +123,23 @@ class Controller:
     def require_writer(self) -> Engine | None:
         """The engine for an action that writes into a run (start, resume,
         cancel, answer, undo, replay), or ``None`` after saying why not: not
-        open yet, or this computer's clock is skewed (the engine would date
-        the write wrong, so it refuses it)."""
+        open yet, or :meth:`write_refusal`."""
         engine = self.require_engine()
-        skew = self._host.clock_skew
-        if engine is not None and skew is not None:
-            self._say(skew_notice(skew), "error")
+        refused = self.write_refusal()
+        if engine is not None and refused is not None:
+            self._say(refused, "error")
             return None
         return engine
+
+    def write_refusal(self) -> str | None:
+        """Why the app writes nothing now, or ``None``: this computer's clock
+        is skewed (the engine would date the write wrong, so it refuses it),
+        or the database file is no longer at its path (a write would go into
+        a file no one finds there)."""
+        skew = self._host.clock_skew
+        if skew is not None:
+            return skew_notice(skew)
+        return self._host.file_gone
 
     def is_driving(self, run_id: str) -> bool:
         """Whether this app drives ``run_id`` right now."""
@@ -727,8 +736,8 @@ class Controller:
         """
         if self._host.engine is None:
             return "The database is not open."
-        if self._host.clock_skew is not None:
-            return skew_notice(self._host.clock_skew)
+        if (refused := self.write_refusal()) is not None:
+            return refused
         if not self.runs.claim(run_id):
             return f"Run {short_id(run_id)} is running here right now; try again when it stops."
         with self._answer_lock:
