@@ -43,6 +43,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_summary import damaged_in_app
 from desktop_app.errors import (
     CheckpointDecodeError,
+    CheckpointNotFoundError,
     ConfigError,
     DiskFullError,
     FlowdeskError,
@@ -52,6 +53,7 @@ from desktop_app.errors import (
     RunLeasedError,
     RunStateError,
     UnknownFlowError,
+    WaitAlreadyResolvedError,
 )
 from desktop_app.flow import Engine, RunResult
 from desktop_app.flow.outbox import WITHDRAWN_AFTER_END
@@ -121,14 +123,23 @@ class Controller:
     def require_writer(self) -> Engine | None:
         """The engine for an action that writes into a run (start, resume,
         cancel, answer, undo, replay), or ``None`` after saying why not: not
-        open yet, or this computer's clock is skewed (the engine would date
-        the write wrong, so it refuses it)."""
+        open yet, or :meth:`write_refusal`."""
         engine = self.require_engine()
-        skew = self._host.clock_skew
-        if engine is not None and skew is not None:
-            self._say(skew_notice(skew), "error")
+        refused = self.write_refusal()
+        if engine is not None and refused is not None:
+            self._say(refused, "error")
             return None
         return engine
+
+    def write_refusal(self) -> str | None:
+        """Why the app writes nothing now, or ``None``: this computer's clock
+        is skewed (the engine would date the write wrong, so it refuses it),
+        or the database file is no longer at its path (a write would go into
+        a file no one finds there)."""
+        skew = self._host.clock_skew
+        if skew is not None:
+            return skew_notice(skew)
+        return self._host.file_gone
 
     def is_driving(self, run_id: str) -> bool:
         """Whether this app drives ``run_id`` right now."""
@@ -245,9 +256,35 @@ class Controller:
             self._say(unregistered_in_app(run_id, outcome.exception, "resume", "resumed"), "error")
         elif isinstance(outcome.exception, CheckpointDecodeError):
             self._say(damaged_in_app(outcome.exception), "error")
+        elif isinstance(outcome.exception, DiskFullError):  # `resume RUN`, not `resume --all`
+            said = self._disk_full(outcome.exception, run_id, f"resume {run_id}", executed=True)
+            self._say(f"Run {short_id(run_id)}: {said}", "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
+
+    def _disk_full(self, exc: DiskFullError, run_id: str, then: str, *, executed: bool) -> str:
+        """``exc``, met by what the app did to run ``run_id``, worded as the
+        CLI words it (:meth:`DiskFullError.for_command`): ``then`` is the
+        command that does it once space is free, printed with the app's
+        ``--db``/``--scope`` (without, pasted as shown it would act on the
+        default database). ``executed``: the app was executing the run (a
+        resume, a timer); it is said stopped at its last saved step (shown
+        interrupted) only then, and only when it was left so (stored
+        ``pending`` or ``running``), not when it still waits (a timer that
+        wrote nothing) or has ended. Call on a worker thread."""
+        engine = self._host.engine
+        assert engine is not None
+        if not executed:  # a cancel: it executes no run
+            return str(exc.for_command(self._host.hints.cmd(then), paused=False))
+        try:
+            run = engine.store.get_run(run_id)
+        except CheckpointNotFoundError:  # a new run whose first save failed: nothing to resume
+            return str(exc.stopping_no_run("start it again"))
+        except FlowdeskError:  # unknown: as a run executed (the CLI's resume says it so)
+            run = None
+        paused = run is None or run.status in INTERRUPTED
+        return str(exc.for_command(self._host.hints.cmd(then), paused=paused))
 
     def fire(self, run_id: str, refuse: Callable[[str, FlowdeskError], None]) -> bool:
         """Wake ``run_id``, a waiting run with a due deadline or an arrived
@@ -287,6 +324,9 @@ class Controller:
             refuse(run_id, exc)
         elif isinstance(exc, RunLeasedError | RunStateError):
             pass  # another process wakes it, or it was canceled meanwhile
+        elif isinstance(exc, DiskFullError):  # `resume RUN` wakes it, not `resume --all`
+            said = self._disk_full(exc, run_id, f"resume {run_id}", executed=True)
+            self._say(f"Run {short_id(run_id)}: {said}", "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
         self._app.post_message(RunChanged(run_id))
@@ -591,6 +631,9 @@ class Controller:
                     said += "; u on its detail moves back the files it moved"
                 self._say(f"Run {rid} {said}.")
                 return
+        except DiskFullError as exc:  # the cancel again, not `resume --all`
+            said = self._disk_full(exc, run_id, f"cancel {run_id}", executed=False)
+            self._say(f"Run {rid} was not canceled: {said}", "error")
         except FlowdeskError as exc:
             self._say(f"Run {rid} was not canceled: {exc}", "error")
         except Exception as exc:
@@ -693,8 +736,8 @@ class Controller:
         """
         if self._host.engine is None:
             return "The database is not open."
-        if self._host.clock_skew is not None:
-            return skew_notice(self._host.clock_skew)
+        if (refused := self.write_refusal()) is not None:
+            return refused
         if not self.runs.claim(run_id):
             return f"Run {short_id(run_id)} is running here right now; try again when it stops."
         with self._answer_lock:
@@ -732,6 +775,8 @@ class Controller:
             error = unregistered_in_app(run_id, exc, "answer", "answered")
         except FlowVersionMismatchError as exc:  # the Engine's words name its methods
             error = app_version_refusal(exc, again="a")
+        except WaitAlreadyResolvedError as exc:
+            error = self._resolved_already(engine, run_id, exc)
         except FlowdeskError as exc:
             error = str(exc)
         except Exception as exc:
@@ -750,6 +795,9 @@ class Controller:
                 )
             )
         if asking is None:  # accepted earlier: the run went on, then stopped
+            if full is not None:
+                said = self._disk_full(full, run_id, f"resume {run_id}", executed=True)
+                error = f"Run {short_id(run_id)}: {said}"
             if error:
                 self._say(error, "error")
         elif error:
@@ -764,6 +812,23 @@ class Controller:
             asking[0].post_message(AnswerAccepted(run_id, wait_id))
         if result is not None:
             self.announce(result)
+
+    def _resolved_already(self, engine: Engine, run_id: str, exc: WaitAlreadyResolvedError) -> str:
+        """What an answer the engine refused as given already says: for a run
+        that timed out (its deadline resolved the question: nobody may have
+        answered it), what ``flowdesk answer`` says, the run's status and that
+        nothing was answered; else the engine's words (answered elsewhere,
+        the first answer stands)."""
+        try:
+            run = engine.store.get_run(run_id)
+        except FlowdeskError:
+            return str(exc)
+        if run.status != "timed_out":
+            return str(exc)
+        return (
+            f"Run {short_id(run_id)} is {display_status(run, self._host.now())}, not waiting "
+            "for an answer; nothing was answered."
+        )
 
 
 def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str, done: str) -> str:

@@ -102,6 +102,9 @@ class Host(Protocol):
     startup_error: str | None
     #: the engine's clock is skewed (read-only until a relaunch), or ``None``
     clock_skew: ClockSkewError | None
+    #: what the banner says while the database file is no longer the one at
+    #: its path (moved, deleted, replaced): actions that write are refused
+    file_gone: str | None
     #: what the banner says while the database server cannot be reached
     #: (``None``: reachable, or a file)
     away: str | None

@@ -46,6 +46,7 @@ from desktop_app.agent.recovery import interrupted_agent_runs, recover_agent_run
 from desktop_app.agent.runtime import AgentResponse
 from desktop_app.app import terminal
 from desktop_app.app.controller import FINISHED, INTERRUPTED, Controller
+from desktop_app.app.db_file import OpenedFile, file_notice, opened_file
 from desktop_app.app.delivery import OutboxPump
 from desktop_app.app.format import app_version_refusal, plural, short_id, skew_notice
 from desktop_app.app.messages import (
@@ -303,6 +304,11 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         #: the engine's clock refused to tell the time at launch (skewed):
         #: the runs are shown read-only (:meth:`Controller.require_writer`)
         self.clock_skew: ClockSkewError | None = None
+        #: the SQLite file opened (``None``: not open yet, or PostgreSQL)
+        self._opened: OpenedFile | None = None
+        #: what the banner says while that file is no longer the one at its
+        #: path (moved, deleted, replaced): read-only until it is back
+        self.file_gone: str | None = None
         self.recovery: str | None = None
         self.notices: list[Notice] = []
         self._progress: dict[str, tuple[int, int]] = {}
@@ -560,6 +566,7 @@ class FlowdeskApp(TypeAheadApp, App[None]):
                 )
                 return
         self.services = services
+        self._opened = opened_file(settings.db_path)  # compared with its path at every poll
         log.info("app: database opened, engine %s", services.engine.owner)
         self.schema = services.schema
         # a skewed clock: read-only (the engine's clock would refuse every write)
@@ -789,7 +796,48 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self.say(right)
         status.say(right, for_s=self.STATUS_S)
         self._reload_all()
-        self._start_writers()
+        if self.file_gone is None:
+            self._start_writers()
+
+    # -- the database file, still the one at its path ------------------------
+
+    def _check_file(self) -> None:
+        """Compare the SQLite file opened with the one at its path (one
+        ``os.stat``, at every poll): moved, deleted or replaced, the app turns
+        read-only as with a skewed clock (the banner, refused actions, no
+        delivery nor timers) rather than write on into a file that is not at
+        the path; put back, it goes on."""
+        opened = self._opened
+        if opened is None or self._launched is None or self._quitting:
+            return
+        change = opened.change()
+        notice = None if change is None else file_notice(opened.path, change)
+        was = self.file_gone
+        if notice == was:
+            return
+        banner, status = self.runs_screen.banner, self.runs_screen.status_line
+        self.file_gone = notice
+        if notice is not None:
+            banner.show_error(notice)
+            if was is None:
+                log.warning("app: %s", notice)
+                if self._launched == "writers":  # a skewed launch started none
+                    self._stop_writers()
+                self.say(notice, "error")
+                status.say(f"Read-only: the database file {opened.path} is not at its path.")
+            return
+        if banner.message == was:
+            banner.show_error(None)
+        back = (
+            f"The database file {opened.path} is back: answering, starting, resuming and "
+            "canceling work again."
+        )
+        log.info("app: the database file is back at its path")
+        self.say(back)
+        status.say(back, for_s=self.STATUS_S)
+        self._data_version = None  # reloaded from the file as it is now
+        if self.clock_skew is None:
+            self._start_writers()
 
     # -- outbox delivery (S72) --------------------------------------------
 
@@ -1186,9 +1234,12 @@ class FlowdeskApp(TypeAheadApp, App[None]):
         self._update_screens(lambda screen: screen.refresh_run(message.run_id))
 
     def _poll(self) -> None:
-        """Reload when anyone committed since the last look (``PRAGMA data_version``)."""
+        """Reload when anyone committed since the last look (``PRAGMA
+        data_version``); first, whether the database file is still the one
+        at its path (:meth:`_check_file`)."""
         if self.reader is None or not self.is_running:
             return
+        self._check_file()
         if self.away is not None:  # not on the UI thread: a worker looks for it
             self._probe()
             return

@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Input, Select, Static
+from textual.widgets import DataTable, Static
 
 from desktop_app.app.format import short_id
 from desktop_app.app.host import Host, host
@@ -59,10 +59,9 @@ TIMES_S = 1.0
 #: Seconds between two judgements of whether the runs shown as running still
 #: have a live process (a death changes no row, so no reload shows it).
 LIVENESS_S = 1.0
-#: Actions of keys that step aside while a filter field has focus.
 #: the row keys offered only for a run they apply to (action -> :func:`row_actions` word)
 ROW_ACTIONS = {"resume_run": "resume", "answer_run": "answer", "cancel_run": "cancel"}
-
+#: Actions of keys that step aside while the focus is in the filter bar.
 TABLE_ACTIONS = frozenset(
     {
         "open_run",
@@ -525,13 +524,23 @@ class RunsScreen(Screen[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # While a filter field has focus, enter submits it (or opens the
-        # select) and letters are typed: the table's keys step aside.
-        if isinstance(self.focused, Input | Select) and action in TABLE_ACTIONS:
+        # select, or chooses in its open list) and letters are typed: the
+        # table's keys step aside.
+        if self._in_filters() and action in TABLE_ACTIONS:
             return False
         # r / a / c show (and work) only for a run they apply to
         if (wanted := ROW_ACTIONS.get(action)) is not None:
             return wanted in self._selected_actions()
         return True
+
+    def _in_filters(self) -> bool:
+        """Whether the focus is in the filter bar: a field, a select, or a
+        select's open list (its overlay, a widget of its own inside the
+        select: enter there chooses the highlighted choice)."""
+        focused = self.focused
+        return focused is not None and any(
+            isinstance(node, RunFilters) for node in focused.ancestors_with_self
+        )
 
     def _selected_actions(self) -> frozenset[str]:
         """:func:`~desktop_app.runs_view.row_actions` of the selected run (a
