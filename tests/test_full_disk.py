@@ -181,6 +181,35 @@ def test_an_answer_on_a_full_disk_says_it_was_not_saved_and_how_to_answer_again(
     assert f"run {run_id} completed" in done.stdout
 
 
+def test_an_answer_that_cannot_open_the_file_on_a_full_disk_says_it_was_not_saved(small_disk):
+    """With no ``-shm`` index left beside the file (the last connection
+    removed it), an answer on a full disk cannot even open the database: it
+    said the run stopped, interrupted, and printed `resume --all`; nothing
+    was answered, and it says so, with the same answer to run again."""
+    from tests.cli_support import as_printed
+    from tests.damaged_flows import FLOWS_ENV
+
+    env = {"FLOWDESK_FLOWS": FLOWS_ENV}
+    db = small_disk / "flowdesk.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "asker", "--input", '{"order": "A"}', env=env)
+    run_id = started.stdout.splitlines()[0]
+    conn = open_connection(db)  # the last connection closing removes the -wal and -shm
+    conn.close()
+    assert not Path(f"{db}-shm").exists()
+    filler = fill(small_disk)
+    line = one_line_exit_1(flowdesk(db, "answer", run_id, "yes", env=env))
+    again = f"flowdesk --db {db} answer {run_id} yes"
+    assert line == (
+        f"flowdesk: the disk holding the database's index {db}-shm is full, so the answer "
+        f"was not saved (run {run_id} still waits for it); nothing saved before is lost. "
+        f"Free at least 5 MiB on that disk, then run `{again}`."
+    )
+    filler.unlink()
+    done = as_printed(again, env={**os.environ, **env})
+    assert done.returncode == 0 and f"run {run_id} completed" in done.stdout, done.stderr
+
+
 def test_a_schema_half_applied_on_a_full_disk_says_the_disk_is_full(small_disk):
     """``db apply`` commits one schema file at a time: a disk that filled up
     part way leaves the rest pending. ``runs`` and ``start`` then say the

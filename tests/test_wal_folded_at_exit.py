@@ -1,11 +1,13 @@
-"""A command that wrote leaves no write-ahead log behind when it was the
-last process with the file open: its commits are in the file itself.
+"""A command that wrote leaves its commits in the database file itself,
+not only in the write-ahead log, when no other process still reads them.
 
 A tryout: after `start`, `answer` or `signal` exited, the ``-wal`` stayed,
 holding every commit since the file's last checkpoint (626 KB beside a
 229 KB file), and a plain copy of the file alone, a common backup, had
 none of the runs `flowdesk runs` listed. Read commands happened to fold
-it in; the commands that wrote never closed their connection."""
+it in; the commands that wrote never closed their connection. Each command
+now folds the log in as it ends (a passive checkpoint: the -wal and -shm
+files stay, so a full disk can still be read)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,8 @@ def test_a_copy_of_the_file_alone_holds_what_the_commands_wrote(tmp_path: Path) 
     started = flowdesk(db, "start", "approval", "--input", '{"order": "o-1"}', env=ENV)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.split()[0]
-    assert not Path(f"{db}-wal").exists()
     answered = flowdesk(db, "answer", run_id, "yes", env=ENV)
     assert answered.returncode == 0, answered.stderr
-    assert not Path(f"{db}-wal").exists()
     copy = tmp_path / "copy.db"
     shutil.copyfile(db, copy)  # the file alone, as a backup tool copies it
     shown = flowdesk(copy, "show", run_id, "-o", "json", env=ENV)

@@ -195,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _handle(ctx, lambda c: handler(command)(c), argv)
         return code
     finally:
-        ctx.close_services()
+        ctx.fold_wal()
         logging.getLogger(__name__).info("command %s exited %d", command, code)
         if ctx.hints.password_left_out:
             print(f"flowdesk: {PASSWORD_NOTE}", file=sys.stderr)

@@ -192,23 +192,24 @@ class Ctx:
         self.unanswered: str | None = None
         #: the skewed-clock warning was printed (once per command)
         self._skew_said = False
-        #: the databases this command opened (:meth:`close_services`)
+        #: the databases this command opened (:meth:`fold_wal`)
         self._opened: list[Services] = []
 
-    def close_services(self) -> None:
-        """Close the databases this command opened, once it is done: closing
-        the last connection to a SQLite file folds its write-ahead log into
-        the file and removes it, so a plain copy of the file holds every
-        commit (a tryout: after `start` or `answer` the ``-wal`` stayed,
-        holding them, and a copy of the file alone had none of its runs).
-        One whose engine still executes a run (a step that outlived a
-        Ctrl-C) is left open: its process ends anyway."""
+    def fold_wal(self) -> None:
+        """Once the command is done, copy the commits it left in a SQLite
+        file's write-ahead log into the file itself (the SQLite store's
+        ``fold_wal``; a store without one has nothing to fold), so a plain
+        copy of the file holds them (a tryout: after `start` or `answer` the
+        ``-wal`` held every commit, and a copy of the file alone had none
+        of its runs). Not for a database whose engine still
+        executes a run (a step that outlived a Ctrl-C)."""
         opened, self._opened = self._opened, []
         for services in opened:
-            if services.engine.executing():
+            fold = getattr(services.checkpoints, "fold_wal", None)
+            if fold is None or services.engine.executing():
                 continue
-            with contextlib.suppress(Exception):  # closing is tidying: never the outcome
-                services.close()
+            with contextlib.suppress(Exception):  # tidying, never the command's outcome
+                fold()
 
     def on_interrupt(self) -> tuple[str, str]:
         """What continues what Ctrl-C stopped: ``(command, what it does)``,

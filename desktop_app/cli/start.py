@@ -321,7 +321,11 @@ def cmd_answer(ctx: Ctx) -> int:
     # a VALUE given is checked before the database is opened (bad input costs nothing)
     if a.value != "-":
         value = _answer_value(a.value, a.value_json, "VALUE")
+    # a full disk while the database opens (its -shm index cannot be made):
+    # nothing answered, and the message names this answer again
+    ctx.unsaved = f"the answer was not saved (run {a.run_id} still waits for it)"
     sv = ctx.services()
+    ctx.unsaved = None
     ref = ctx.resolve(sv, a.run_id)
     if a.value == "-":
         value = _answer_value(read_answer(), a.value_json, "the answer on standard input")

@@ -1585,6 +1585,22 @@ class SqliteCheckpointStore:
             other = int(_scalar(self.conn.execute("PRAGMA data_version")))
             return (other << 32) + self._own_commits
 
+    def fold_wal(self) -> None:
+        """Copy the commits in the write-ahead log into the database file
+        (``PRAGMA wal_checkpoint(PASSIVE)``: what no other process still
+        reads, never waiting for one), so that a copy of the file alone
+        holds them; the ``-wal`` and ``-shm`` files stay, as they are (a
+        command on a full disk can still open the file). The command line
+        calls it as each command ends.
+
+        Raises:
+            StoreError: the checkpoint failed (a full disk, an I/O error).
+        """
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except apsw.Error as exc:
+            raise self._err(exc) from exc
+
     def close(self) -> None:
         self.conn.close()
         fd, self._clock_fd = self._clock_fd, None
