@@ -301,3 +301,29 @@ async def test_a_database_file_moved_away_turns_the_app_read_only_until_it_is_ba
         assert banner.message.startswith(
             f"The database file {db} was replaced by another file since the app opened it: "
         )
+
+
+async def test_an_ended_run_s_detail_moves_its_ago_times_on_with_the_clock(tmp_path: Path) -> None:
+    """The detail's "Started … (N min ago)" was redrawn every second only
+    for a running run: an ended run's stayed at the value it was opened
+    with (a tryout: "1 min ago" while the runs table said 2)."""
+    from textual.widgets import Static
+
+    from desktop_app.app.screens.detail import RunDetailScreen
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    three_runs(settings)
+    clock = ManualClock(START + 600)
+    app = FlowdeskApp(settings, flows=[note_flow()], clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        detail = app.screen
+
+        def header() -> str:
+            return str(detail.query_one("#run-header", Static).render())
+
+        await wait_until(pilot, lambda: "min ago" in header())
+        clock.advance(2 * 3600)
+        await wait_until(pilot, lambda: "(2 h ago)" in header())

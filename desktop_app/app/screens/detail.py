@@ -405,9 +405,11 @@ class RunDetailScreen(Screen[None]):
         except NoMatches:  # the screen is closing
             return
         waits.tick(self.now())
-        if self.record is not None and self.record.status in ("running", "pending"):
-            # the sparkline moves on with the clock, and a process that died
-            # (which changes no row) shows as interrupted
+        if self.record is not None:
+            # the sparkline moves on with the clock, a process that died
+            # (which changes no row) shows as interrupted, and "(2 min ago)"
+            # moves on for an ended run too (a tryout: it stayed at "1 min
+            # ago" while the runs table said 2)
             self._show_header()
 
     def reload(self) -> None:
