@@ -1,5 +1,6 @@
-"""The throughput sparkline of a running run (steps/s over the last minute),
-on the app's injected clock."""
+"""The throughput sparkline of a running run that reports progress (its
+progress units done per second over the last minute), on the app's
+injected clock."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ async def test_a_running_runs_detail_shows_its_throughput_sparkline(tmp_path: Pa
         await settle(pilot)
         screen = app.screen
         assert isinstance(screen, RunDetailScreen)
-        assert screen.query_one("#throughput-row").display
+        # it reports no progress yet: no sparkline (it counts progress, not steps)
+        assert not screen.query_one("#throughput-row").display
         # progress seen over the last minute: 60 steps in the first 30 s, then 30
         t0 = clock.now()
         app.meter.record(run_id, 0, 500, t0)
@@ -75,4 +77,5 @@ async def test_a_running_runs_detail_shows_its_throughput_sparkline(tmp_path: Pa
         assert spark.data == screen.throughput
         assert screen.throughput[:15] == pytest.approx([2.0] * 15)
         assert screen.throughput[15:] == pytest.approx([1.0] * 15)
-        assert "peak 2.0" in str(screen.query_one("#throughput-label").render())
+        assert screen.query_one("#throughput-row").display
+        assert "done/s, last 60 s (peak 2.0)" in str(screen.query_one("#throughput-label").render())

@@ -373,18 +373,22 @@ class RunDetailScreen(Screen[None]):
             pace = self.flowdesk.meter.pace(run.run_id, done_total[0], done_total[1], now)
         header = header_text(run, now, pace, self.flowdesk.hints, self.flowdesk.engine, self.damage)
         self.query_one("#run-header", Static).update(header)
-        self._show_throughput(run.run_id, running, now)
+        self._show_throughput(run.run_id, running and done_total is not None, now)
 
-    def _show_throughput(self, run_id: str, running: bool, now: float) -> None:
-        """Steps per second over the last minute, as a sparkline (running runs only)."""
+    def _show_throughput(self, run_id: str, shown: bool, now: float) -> None:
+        """The run's progress per second over the last minute, as a
+        sparkline: for a running run that reports progress (files, items)
+        only. It counts what the flow's progress counts, not steps (a
+        tryout: a flow reporting none showed "steps/s" flat at 0 while it
+        took a step a second)."""
         row = self.query_one("#throughput-row")
-        row.display = running
-        if not running:
+        row.display = shown
+        if not shown:
             return
         rates = self.flowdesk.meter.throughput(run_id, now)
         self.throughput = rates
         self.query_one("#throughput", Sparkline).data = rates
-        label = f"steps/s, last {SPARK_S:.0f} s (peak {max(rates):.1f}) "
+        label = f"done/s, last {SPARK_S:.0f} s (peak {max(rates):.1f}) "
         self.query_one("#throughput-label", Label).update(Text(label, style="dim"))
 
     def _flush(self) -> None:
