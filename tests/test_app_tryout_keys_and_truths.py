@@ -34,6 +34,7 @@ from desktop_app.store.sqlite.store import open_store
 from tests.app_support import answer_dialog, messages, settle, wait_until
 from tests.cli_support import as_printed, flowdesk
 from tests.test_app_runs_view import START, note_flow, three_runs
+from tests.test_app_timers import status_of
 from tests.test_full_disk import fill
 from tests.timer_flows import FLOWS_ENV, NAP_S, Order, napper
 from tests.tmpfs_support import mounted_tmpfs
@@ -116,12 +117,12 @@ def deadline_flow() -> CompiledFlow[Approval]:
     )
 
 
-def status_of(db: Path, run_id: str) -> str:
-    store = open_store(db)
-    try:
-        return store.get_run(run_id).status
-    finally:
-        store.close()
+def approver_waiting(db: Path) -> str:
+    """A new database at ``db`` with one ``approver`` run waiting; its id."""
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
+    assert started.returncode == 0, started.stderr
+    return started.stdout.split()[0]
 
 
 async def test_an_answer_after_the_deadline_says_the_run_timed_out_not_already_answered(
@@ -181,10 +182,7 @@ async def test_a_cancel_on_a_full_disk_says_to_cancel_again_with_the_app_s_db(
     run `flowdesk resume --all` (no ``--db``: the default database). It says
     nothing was written and to run the cancel again, which works as printed."""
     db = small_disk / "f.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.split()[0]
+    run_id = approver_waiting(db)
     app = app_on(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -259,10 +257,7 @@ async def test_a_database_file_moved_away_turns_the_app_read_only_until_it_is_ba
     folder, moved = tmp_path / "bad", tmp_path / "bad-moved"
     folder.mkdir()
     db = folder / "b.db"
-    assert flowdesk(db, "db", "apply").returncode == 0
-    started = flowdesk(db, "start", "approver", "--input", '{"order": "A"}')
-    assert started.returncode == 0, started.stderr
-    run_id = started.stdout.split()[0]
+    run_id = approver_waiting(db)
     app = app_on(db)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
