@@ -414,3 +414,56 @@ def test_an_interrupted_run_whose_flow_changed_is_not_offered_r_to_resume(db_pat
         assert str(refusal).startswith(f"run r1 was started under flow version {old.version}")
     finally:
         engine.store.close()
+
+
+#: a flow waiting for signal ``paid`` keyed by its order, after a first step
+SIGNAL_FLOW = """
+from pydantic import BaseModel
+
+from desktop_app.flow import FlowBuilder
+
+
+class Order(BaseModel):
+    key: str
+    paid: dict | None = None
+
+
+pay = (
+    FlowBuilder("pay", Order, version="1")
+    .step("{first}", lambda s: {{}})
+    .wait_signal("payment", "paid", key=lambda s: s.key, into="paid")
+    .chain()
+    .compile()
+)
+"""
+
+
+def test_a_signal_to_a_run_whose_flow_changed_says_it_cannot_take_it(tmp_path: Path) -> None:
+    """The signal's mailbox line said the first process that runs the flow
+    takes it, "or resume RUN", which refuses a run whose flow's code
+    changed since it started (a tryout). It says that run cannot take it
+    while the code differs, with the `show` that says what works, as printed."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "pay_flows.py").write_text(SIGNAL_FLOW.format(first="prep"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWDESK_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+    env["FLOWDESK_FLOWS"] = '["pay_flows:pay"]'
+    db = tmp_path / "d.db"
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    started = flowdesk(db, "start", "pay", "--input", '{"key": "k1"}', env=env)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.splitlines()[0]
+    (code / "pay_flows.py").write_text(SIGNAL_FLOW.format(first="prepare"))  # a step renamed
+    for cached in (code / "__pycache__").glob("pay_flows.*"):
+        cached.unlink()
+    sent = flowdesk(db, "signal", "paid", "k1", env=env)
+    assert sent.returncode == 0, sent.stderr
+    said = re.search(
+        rf"run {run_id} cannot take it while its flow's code is not the one it started with: "
+        r"`(flowdesk [^`]+)` says what works on it",
+        sent.stderr,
+    )
+    assert said is not None, sent.stderr
+    shown = as_printed(said.group(1), env)
+    assert shown.returncode == 0 and "version" in shown.stdout, shown.stdout

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from desktop_app.cli.common import (
@@ -576,6 +576,7 @@ def cmd_signal(ctx: Ctx) -> int:
             "woken by a process that runs its flow takes it (flowdesk agent, the app, or "
             f"resume RUN; what they wait for: {ctx.hints.cmd('waiting')})"
         )
+        _say_version_stuck(ctx, sv, reach.still_waiting)
     elif reach.taken_by is None and not reach.damaged:
         # a misspelt name or key is stored too: say so, and where to look
         _say_reached(ctx, [], no_signal_waiter(a.name, a.key))
@@ -738,6 +739,26 @@ def _refuse_moved(sv: Any, waiting: list[str], what: str | None) -> None:
                     f"send it there with --db {where}"
                 )
             raise exc
+
+
+def _say_version_stuck(ctx: Ctx, sv: Any, run_ids: Sequence[str]) -> None:
+    """For each run of ``run_ids`` no process with this code can wake (its
+    flow changed since it started): that it cannot take the signal until
+    then, and the ``show`` that says what works on it (a tryout: the
+    mailbox line promised a `resume` that refuses such a run)."""
+    from desktop_app.cli.runs import stuck_on_version
+
+    for run_id in run_ids:
+        try:
+            run = sv.checkpoints.get_run(run_id)
+        except FlowdeskError:  # gone meanwhile: the line above said enough
+            continue
+        if stuck_on_version(sv, run) is not None:
+            print(
+                f"run {run_id} cannot take it while its flow's code is not the one it started "
+                f"with: `{ctx.hints.cmd(f'show {run_id}')}` says what works on it",
+                file=sys.stderr,
+            )
 
 
 def _say_reached(ctx: Ctx, waiting: list[str], nobody: str) -> None:
