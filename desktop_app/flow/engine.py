@@ -1104,11 +1104,16 @@ class Engine:
     def _delete_sent_runs(self) -> None:
         """Delete the completed runs of this engine's ``delete_on_success``
         flows that were kept until their side effects were delivered
-        (:func:`~desktop_app.flow.outbox.delete_when_sent`), oldest first,
-        at most 100 a tick: one indexed query per such flow, none without."""
+        (:func:`~desktop_app.flow.outbox.delete_when_sent`), newest first
+        (a run kept for an intent given up on stays for ever: oldest first,
+        a hundred of them would hide every newer one), at most 100 a tick:
+        one indexed query per such flow, none without."""
         names = sorted({f.name for f in self._flows.values() if f.delete_on_success})
         for name in names:
-            for run in self.store.list_runs(statuses=["completed"], flow_name=name, limit=100):
+            kept = self.store.list_runs(
+                statuses=["completed"], flow_name=name, limit=100, newest_first=True
+            )
+            for run in kept:
                 delete_when_sent(self.store, run.run_id)
 
     def serve(
