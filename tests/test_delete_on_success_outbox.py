@@ -114,3 +114,42 @@ def test_signal_says_it_completed_a_run_deleted_on_success(tmp_path, flow: str) 
         assert list(http.sent.values()) == [1]
     finally:
         store.close()
+
+
+async def test_the_app_deletes_a_kept_run_once_its_side_effect_was_delivered(
+    tmp_path,
+) -> None:
+    """The app fires timers with its own pass, not ``Engine.tick``: it
+    deletes a kept run too once its side effect is delivered."""
+    from desktop_app import bootstrap
+    from desktop_app.app.main import FlowdeskApp
+    from desktop_app.config import load_settings
+    from desktop_app.store.sqlite.store import open_store
+    from tests.app_support import settle, wait_until
+
+    settings = load_settings(db_path=tmp_path / "t.db")
+    bootstrap.apply_schema(settings)
+    store = open_store(settings.db_path)
+    try:
+        engine = Engine(store, flows=[paid_notify])
+        run_id = engine.run("paid_notify", Order(key="k9")).run_id
+        engine.signal("paid", "k9", {"amount": 3})
+        assert Dispatcher(store, {"http": Counting()}).dispatch() == 1
+        assert store.get_run(run_id).status == "completed"  # delivered, not deleted yet
+    finally:
+        store.close()
+
+    def gone() -> bool:
+        check = open_store(settings.db_path)
+        try:
+            check.get_run(run_id)
+        except CheckpointNotFoundError:
+            return True
+        finally:
+            check.close()
+        return False
+
+    app = FlowdeskApp(settings, flows=[paid_notify])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await wait_until(pilot, gone)

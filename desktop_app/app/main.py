@@ -879,8 +879,15 @@ class FlowdeskApp(TypeAheadApp, App[None]):
             )
 
         refusals = Refusals("the app", log, refused)
+
+        def due() -> list[str]:
+            # as Engine.tick: a delete_on_success run kept until its side
+            # effects were delivered (by the app's outbox pump) goes now
+            engine.delete_delivered_runs()
+            return store.wakeable_runs(engine.clock.now())
+
         self.timers = TimerPump(
-            due=lambda: store.wakeable_runs(engine.clock.now()),
+            due=due,
             next_deadline=store.next_deadline,
             now=engine.clock.now,
             fire=lambda run_id: self.controller.fire(run_id, refusals.refuse),

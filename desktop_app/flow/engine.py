@@ -966,7 +966,7 @@ class Engine:
         count = 0
         if not self.executes:
             return 0
-        self._delete_sent_runs()
+        self.delete_delivered_runs()
         for run_id in self.store.wakeable_runs(self.clock.now()):
             if run_id in skip:
                 continue
@@ -1101,7 +1101,7 @@ class Engine:
         self._deliver(f"event {event_id}", self.store.runs_waiting_for("event", event_type))
         return event_id
 
-    def _delete_sent_runs(self) -> None:
+    def delete_delivered_runs(self) -> None:
         """Delete the completed runs of this engine's ``delete_on_success``
         flows that were kept until their side effects were delivered
         (:func:`~desktop_app.flow.outbox.delete_when_sent`), newest first

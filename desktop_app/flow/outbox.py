@@ -314,8 +314,9 @@ def delete_when_sent(store: CheckpointStore, run_id: str) -> bool:
     claimed through the run's row (scope, lease, a ``db copy``'s move), so
     deleting it with an intent still pending left that effect undelivered
     for ever, and hid it (a tryout). A run kept so is deleted by the next
-    :meth:`~desktop_app.flow.engine.Engine.tick` of an engine that runs its
-    flow once its last intent is delivered; one with an intent given up on
+    :meth:`~desktop_app.flow.engine.Engine.delete_delivered_runs` of an
+    engine that runs its flow (its ``tick``, the app's timer pass) once its
+    last intent is delivered; one with an intent given up on
     (``failed``) stays, to show it. Returns whether the run is gone.
 
     Raises:
