@@ -520,3 +520,12 @@ def steps_run_again(history: Sequence[Any], revision: int) -> list[str]:
     in the order it first took them. What they did (files moved or
     written, messages sent) is done again by the new run."""
     return list(dict.fromkeys(h.step_id for h in history if h.revision > revision and h.step_id))
+
+
+def steps_in_order(steps: Mapping[str, Any]) -> list[Any]:
+    """A checkpoint's step records (``Checkpoint.steps``) in the order the
+    run first took them (``started_at``; a step not begun last), as
+    ``show`` and the app list them: a checkpoint re-written whole (after
+    ``keep_last_n`` pruned the ones before it, or moved onto a new flow
+    version) holds them in another order (a tryout: alphabetical)."""
+    return sorted(steps.values(), key=lambda rec: (rec.started_at is None, rec.started_at or 0.0))

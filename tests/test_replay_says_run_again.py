@@ -46,3 +46,18 @@ def test_a_fork_names_the_step_it_runs_again(tmp_path: Path) -> None:
     assert forked.stderr.splitlines()[0] == (
         "runs again: post; what it did (files moved or written, messages sent) is done again"
     ), forked.stderr
+
+
+def test_show_lists_a_pruned_run_s_steps_in_the_order_it_took_them(tmp_path: Path) -> None:
+    """A tryout: after `keep_last_n` pruned a run, `show` listed its steps
+    alphabetically (the snapshot written whole holds them in another order)."""
+    import json
+
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = flowdesk(db, "start", "pruned", env=ENV).stdout.split()[0]
+    shown = json.loads(flowdesk(db, "show", run_id, "-o", "json", env=ENV).stdout)
+    assert [s["step_id"] for s in shown["steps"]] == ["one", "two", "three", "post"]
+    text = flowdesk(db, "show", run_id, env=ENV).stdout
+    listed = [ln.split()[0] for ln in text.split("steps:\n")[1].splitlines()[:4]]
+    assert listed == ["one", "two", "three", "post"], text

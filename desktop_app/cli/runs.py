@@ -71,6 +71,7 @@ from desktop_app.runs_view import (
     processes_text,
     queued_text,
     sending_split,
+    steps_in_order,
     stopped_holder,
     stopped_holder_words,
     unsettled_text,
@@ -596,7 +597,7 @@ def cmd_show(ctx: Ctx) -> int:
                         "next_retry_at": iso(rec.next_retry_at),
                         "error": rec.error,
                     }
-                    for rec in cp.steps.values()
+                    for rec in steps_in_order(cp.steps)
                 ],
                 "waits": [
                     {
@@ -695,7 +696,7 @@ def cmd_show(ctx: Ctx) -> int:
         for line in tidy_report(ctx, store, run.run_id, limit=SHOW_FILES):
             print(line)
     print("steps:")
-    for rec in cp.steps.values():
+    for rec in steps_in_order(cp.steps):
         extra = f" iteration {rec.iteration}" if rec.iteration else ""
         err = f"  {rec.error}" if rec.error else ""
         status = step_status_text(rec.status, cp.status)

@@ -24,6 +24,7 @@ from desktop_app.app.format import (
 from desktop_app.app.state_diff import shorten
 from desktop_app.app.widgets.cells import keep_columns, update_fitting
 from desktop_app.app.widgets.row_table import RowTable
+from desktop_app.runs_view import steps_in_order
 from desktop_app.store.protocol import (
     Checkpoint,
     CheckpointInfo,
@@ -101,7 +102,7 @@ class StepsTable(RowTable):
             self.add_column(label, key=key)
 
     def show(self, checkpoint: Checkpoint) -> None:
-        rows = [step_cells(rec, checkpoint.status) for rec in checkpoint.steps.values()]
+        rows = [step_cells(rec, checkpoint.status) for rec in steps_in_order(checkpoint.steps)]
         shown = [tuple(c.plain for c in self.get_row_at(i)) for i in range(self.row_count)]
         if rows == shown:
             return
