@@ -78,6 +78,25 @@ def test_a_run_whose_side_effect_was_given_up_on_is_kept(store) -> None:
     assert store.get_run(run_id).status == "completed"  # the failure stays visible
 
 
+def test_runs_kept_for_failed_side_effects_hide_no_delivered_one(store) -> None:
+    """A tryout: the sweep read the oldest 100 completed runs of the flow,
+    so 101 kept for good (an intent given up on) hid every newer one whose
+    side effect was delivered: it was never deleted."""
+    engine = Engine(store, flows=[paid_notify])
+    refusing = Dispatcher(store, {"http": Counting(fail=True)})
+    for i in range(101):
+        engine.run("paid_notify", Order(key=f"f{i}"))
+        engine.signal("paid", f"f{i}", {"amount": 1})
+        refusing.dispatch()
+    run_id = engine.run("paid_notify", Order(key="ok")).run_id
+    engine.signal("paid", "ok", {"amount": 1})
+    assert Dispatcher(store, {"http": Counting()}).dispatch() == 1
+    engine.tick()
+    with pytest.raises(CheckpointNotFoundError):
+        store.get_run(run_id)
+    assert len(store.list_runs(statuses=["completed"])) == 101  # the failures stay
+
+
 def test_a_run_with_no_side_effect_is_deleted_as_it_completes(store) -> None:
     engine = Engine(store, flows=[paid_only])
     run_id = engine.run("paid_only", Order(key="k3")).run_id
@@ -153,3 +172,46 @@ async def test_the_app_deletes_a_kept_run_once_its_side_effect_was_delivered(
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot)
         await wait_until(pilot, gone)
+
+
+@pytest.mark.parametrize("where", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_flowdesk_agent_deletes_a_kept_run_once_its_side_effect_was_delivered(
+    tmp_path, request: pytest.FixtureRequest, where: str
+) -> None:
+    """A tryout: on PostgreSQL the agent's worker passes never called
+    ``Engine.tick``, so a kept run stayed for ever. The agent deletes it
+    on both databases once its side effect is delivered (by a program's
+    own dispatcher here)."""
+    from desktop_app.store.postgres.store import open_postgres_store
+    from desktop_app.store.sqlite.store import open_store
+    from tests.cli_support import spawn, stop_agent
+    from tests.polling import until
+
+    if where == "postgres":
+        db = str(request.getfixturevalue("pg_url"))
+        store = open_postgres_store(db)
+    else:
+        db = str(tmp_path / "f.db")
+        assert flowdesk(db, "db", "apply").returncode == 0
+        store = open_store(db)
+    agent = None
+    try:
+        engine = Engine(store, flows=[paid_notify])
+        run_id = engine.run("paid_notify", Order(key="k7")).run_id
+        engine.signal("paid", "k7", {"amount": 3})
+        assert Dispatcher(store, {"http": Counting()}).dispatch() == 1
+        assert store.get_run(run_id).status == "completed"
+        agent = spawn("--db", db, "agent", "--poll", "0.2", env=ENV)
+
+        def gone() -> bool:
+            try:
+                store.get_run(run_id)
+            except CheckpointNotFoundError:
+                return True
+            return False
+
+        until(gone, "the agent to delete the delivered run", bound_s=60.0)
+    finally:
+        if agent is not None:
+            stop_agent(agent)
+        store.close()

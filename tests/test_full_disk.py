@@ -398,3 +398,23 @@ def test_db_copy_from_a_file_on_a_nearly_full_disk_copies_nothing_and_says_so(sm
     assert again.returncode == 0, again.stderr
     moved = flowdesk(db, "resume", run_ids[0], env=env)
     assert moved.returncode == 1 and "moved to" in moved.stderr, moved.stderr
+
+
+def test_doctor_on_a_full_disk_names_no_run_and_prints_itself_with_the_db(small_disk):
+    """A tryout: `doctor` on a full disk whose file had no -shm said "the
+    run stopped at its last saved step, shown as interrupted" and printed
+    `flowdesk resume --all` without --db (the default database)."""
+    from tests.cli_support import as_printed
+
+    db = small_disk / "flowdesk.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    conn = open_connection(db)  # the last connection closing removes the -wal and -shm
+    conn.close()
+    filler = fill(small_disk)
+    out = flowdesk(db, "doctor")
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("BAD  open")]
+    assert "interrupted" not in line and "resume" not in line, line
+    again = re.search(r"then run `(flowdesk [^`]+)`", line)
+    assert again is not None and again.group(1) == f"flowdesk --db {db} doctor", line
+    filler.unlink()
+    assert "BAD  open" not in as_printed(again.group(1), dict(os.environ)).stdout

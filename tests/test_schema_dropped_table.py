@@ -93,7 +93,13 @@ def test_a_dropped_table_is_said_on_postgres_and_its_doctor_lists_it(pg_url: str
         left = conn.execute(
             "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (PG_PROBE_SCHEMA,)
         ).fetchone()
-    assert left == (0,)
+        assert left == (0,)
+        # a table dropped with CASCADE takes other tables' foreign keys: named too
+        conn.execute("DROP TABLE flowdesk.runs CASCADE")
+    doctor = flowdesk(pg_url, "doctor")
+    (line,) = [x for x in doctor.stdout.splitlines() if "schema objects" in x]
+    assert "constraint checkpoints.checkpoints_run_id_fkey" in line, line
+    assert "table runs" in line and "constraint waits." not in line, line  # waits went first
 
 
 def test_an_export_without_a_dropped_table_says_it_is_not_whole(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from desktop_app.errors import (
     CopySourceBusyError,
     CopyTargetNotEmptyError,
     DatabaseMissingError,
+    DiskFullError,
     FlowdeskError,
     InputError,
     SecretsError,
@@ -319,6 +320,8 @@ def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
                     "file from a backup (stop every Flowdesk process using it first)",
                 )
         except FlowdeskError as exc:
+            if isinstance(exc, DiskFullError):  # no run was stopped: doctor again, with --db
+                exc = exc.for_command(ctx.hints.cmd("doctor"), paused=False)
             line(False, "open", str(exc))
 
 

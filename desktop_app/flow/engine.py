@@ -1104,17 +1104,20 @@ class Engine:
     def delete_delivered_runs(self) -> None:
         """Delete the completed runs of this engine's ``delete_on_success``
         flows that were kept until their side effects were delivered
-        (:func:`~desktop_app.flow.outbox.delete_when_sent`), newest first
-        (a run kept for an intent given up on stays for ever: oldest first,
-        a hundred of them would hide every newer one), at most 100 a tick:
-        one indexed query per such flow, none without."""
+        (:func:`~desktop_app.flow.outbox.delete_when_sent`) and whose
+        intents are all delivered now (``delivered_runs``: one statement per
+        such flow, none without; a run kept for an intent given up on is
+        not read again and again, nor hides the others), at most 100 a call.
+        Called by :meth:`tick`, a PostgreSQL worker's pass and the app's
+        timer pass.
+
+        Raises:
+            StoreError: the store failed.
+        """
         names = sorted({f.name for f in self._flows.values() if f.delete_on_success})
         for name in names:
-            kept = self.store.list_runs(
-                statuses=["completed"], flow_name=name, limit=100, newest_first=True
-            )
-            for run in kept:
-                delete_when_sent(self.store, run.run_id)
+            for run_id in self.store.delivered_runs(name, limit=100):
+                delete_when_sent(self.store, run_id)
 
     def serve(
         self,

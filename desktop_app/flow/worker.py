@@ -302,6 +302,8 @@ class Worker:
             if not self._busy(run_id) and run_id not in self.refused:
                 self._submit(pool, run_id, engine.wake)
         self._tell_unknown_flows()
+        # as Engine.tick: the delete_on_success runs whose side effects are delivered
+        engine.delete_delivered_runs()
 
     def _tell_unknown_flows(self) -> None:
         """Refuse (once per run: logged and given to ``on_refused``) each

@@ -485,10 +485,12 @@ def pg_missing_objects(conn: Any) -> list[str]:
     :func:`missing_objects` says it for SQLite (``["column runs.tenant_id",
     "function flowdesk_now", "table waits"]``, sorted). The shipped files
     are applied to :data:`PG_PROBE_SCHEMA` in a transaction that is rolled
-    back, and its tables, columns, indexes, functions and triggers are
-    compared with those of the ``flowdesk`` schema: nothing is left on the
-    server. Empty when nothing is missing, or when a schema file is not
-    applied yet (``status`` reports that).
+    back, and its tables, columns, indexes, functions, triggers and
+    constraints (``constraint TABLE.NAME``: a foreign key a ``DROP TABLE
+    ... CASCADE`` took from another table) are compared with those of the
+    ``flowdesk`` schema: nothing is left on the server. Empty when nothing
+    is missing, or when a schema file is not applied yet (``status``
+    reports that).
 
     Raises:
         psycopg.Error: the role may not create a schema in the database
@@ -506,8 +508,14 @@ def pg_missing_objects(conn: Any) -> list[str]:
         have = _pg_objects(conn, PG_SCHEMA)
     lost = shipped - have
     gone = {name.split(" ", 1)[1] for name in lost if name.startswith("table ")}
-    # a dropped table's columns went with it: the table says it (as on SQLite)
-    return sorted(n for n in lost if not (n.startswith("column ") and n[7:].split(".")[0] in gone))
+
+    def with_its_table(name: str) -> bool:
+        """A column or constraint of a dropped table: the table says it (as on SQLite)."""
+        kind, _, what = name.partition(" ")
+        return kind in ("column", "constraint") and what.split(".")[0] in gone
+
+    # a constraint another table lost with it (DROP TABLE ... CASCADE) is named
+    return sorted(n for n in lost if not with_its_table(n))
 
 
 def _pg_objects(conn: Any, schema: str) -> frozenset[str]:
@@ -523,7 +531,10 @@ def _pg_objects(conn: Any, schema: str) -> frozenset[str]:
         "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %(s)s "
         "UNION ALL SELECT 'trigger ' || t.tgname FROM pg_trigger t JOIN pg_class c "
         "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE n.nspname = %(s)s AND NOT t.tgisinternal",
+        "WHERE n.nspname = %(s)s AND NOT t.tgisinternal "
+        "UNION ALL SELECT 'constraint ' || c.relname || '.' || con.conname "
+        "FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %(s)s",
         {"s": schema},
     ).fetchall()
     return frozenset(str(r[0]) for r in rows)

@@ -482,6 +482,13 @@ class Outbox(Protocol):  # pragma: no mutate block
         most ``limit``; with ``run_id``, only that run's. An intent ``db
         copy`` moved has its ``moved_to`` set (it is delivered there)."""
 
+    def delivered_runs(self, flow_name: str, limit: int = 100) -> list[str]:
+        """Ids of this scope's ``completed`` runs of ``flow_name`` none of
+        whose outbox intents is ``pending``, ``sending`` or ``failed``,
+        newest first, at most ``limit``: the ``delete_on_success`` runs a
+        caller may delete now (:func:`desktop_app.flow.outbox.delete_when_sent`).
+        One statement; the intents read through the index on their status."""
+
     def claim_intents(
         self,
         owner: str,

@@ -371,6 +371,17 @@ class Statements:
             args.append(agent)
         return sql + " ORDER BY created_at, run_id", args
 
+    def delivered_runs(self, scope: str, flow_name: str, limit: int) -> tuple[str, list[Any]]:
+        """``Outbox.delivered_runs``' statement and its parameters."""
+        p = self.dialect.p
+        return (
+            f"SELECT run_id FROM runs WHERE scope={p} AND flow_name={p} AND status='completed' "
+            "AND run_id NOT IN (SELECT run_id FROM outbox "
+            "WHERE status IN ('pending', 'sending', 'failed')) "
+            f"ORDER BY created_at DESC, run_id DESC LIMIT {p}",
+            [scope, flow_name, limit],
+        )
+
     def intents(
         self, scope: str, statuses: Sequence[str], limit: int, run_id: str | None = None
     ) -> tuple[str, list[Any]]:

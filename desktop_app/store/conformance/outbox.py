@@ -60,6 +60,36 @@ def intents_of_one_run_are_its_own_whatever_the_others(h: Harness) -> None:
     _eq(s.intents(["pending"], run_id=_id()), [], "a run with none")
 
 
+@check("Outbox.delivered_runs", "Outbox.mark_intent")
+def delivered_runs_are_the_completed_ones_with_nothing_left_to_send(h: Harness) -> None:
+    s = h.store()
+
+    def completed(t: float, statuses: tuple[str, ...], flow: str = "f") -> str:
+        rid = _id()
+        s.create_run(_run(rid, t, flow=flow), _cp(rid, 0))
+        keys = [f"{rid}:send:0:{i}" for i in range(len(statuses))]
+        intents = [Intent(k, rid, "send", "dest", {"i": i}) for i, k in enumerate(keys)]
+        s.append(_cp(rid, 1, status="completed"), intents=intents)
+        for key, status in zip(keys, statuses, strict=True):
+            if status != "pending":
+                s.mark_intent(key, "sending", t)
+                s.mark_intent(key, status, t, error="x" if status == "failed" else None)
+        return rid
+
+    sent = completed(1000.0, ("delivered", "delivered"))
+    none = completed(1001.0, ())
+    completed(1002.0, ("delivered", "pending"))
+    completed(1003.0, ("sending",))
+    completed(1004.0, ("failed",))
+    completed(1005.0, (), flow="other")
+    live = _id()
+    s.create_run(_run(live, 1006.0), _cp(live, 0))
+    _eq(s.delivered_runs("f"), [none, sent], "completed, all delivered or none, newest first")
+    _eq(s.delivered_runs("f", limit=1), [none], "at most the limit")
+    _eq(s.delivered_runs("other"), [s.list_runs(flow_name="other")[0].run_id], "of that flow")
+    _eq(s.delivered_runs("nothing"), [], "a flow with no runs")
+
+
 @check("Outbox.intents", "Outbox.mark_intent", "RunLog.append")
 def intents_commit_with_their_checkpoint(h: Harness) -> None:
     s = h.store()

@@ -587,6 +587,24 @@ class InMemoryCheckpointStore:
             ]
         return out[:limit]
 
+    def delivered_runs(self, flow_name: str, limit: int = 100) -> list[str]:
+        with self._lock:
+            kept = {
+                i.run_id
+                for i in self._space.outbox.values()
+                if i.status in ("pending", "sending", "failed")
+            }
+            runs = [
+                r
+                for r in self._runs.values()
+                if r.scope == self.scope
+                and r.flow_name == flow_name
+                and r.status == "completed"
+                and r.run_id not in kept
+            ]
+        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return [r.run_id for r in runs[:limit]]
+
     def claim_intents(
         self,
         owner: str,

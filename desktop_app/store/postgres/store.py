@@ -2020,6 +2020,11 @@ class PostgresCheckpointStore:
         rows: list[Any] = self._read(lambda conn: conn.execute(sql, args).fetchall())
         return [intent_from_row(r) for r in rows]
 
+    def delivered_runs(self, flow_name: str, limit: int = 100) -> list[str]:
+        sql, args = SQL.delivered_runs(self.scope, flow_name, limit)
+        rows: list[Any] = self._read(lambda conn: conn.execute(sql, args).fetchall())
+        return [str(r[0]) for r in rows]
+
     def claim_intents(
         self,
         owner: str,

@@ -1431,6 +1431,11 @@ class SqliteCheckpointStore:
             ).fetchall()
         return [intent_from_row(r) for r in rows]
 
+    def delivered_runs(self, flow_name: str, limit: int = 100) -> list[str]:
+        with self._read():
+            rows = self.conn.execute(*SQL.delivered_runs(self.scope, flow_name, limit)).fetchall()
+        return [str(r[0]) for r in rows]
+
     def claim_intents(
         self,
         owner: str,
