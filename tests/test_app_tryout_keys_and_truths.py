@@ -231,6 +231,12 @@ async def test_a_timer_fired_on_a_full_disk_says_the_run_still_waits_and_resume_
         await wait_until(pilot, lambda: bool(messages(app, "error")))
         said = messages(app, "error")[0]
         assert status_of(db, run_id) in ("waiting", "completed")  # the app fires it again
+        timers = app.timers
+        assert timers is not None
+        passes = timers.passes
+        await wait_until(pilot, lambda: timers.passes >= passes + 3)
+        # the timer tried again at each pass: said once (a tryout: 11 stacked notices)
+        assert messages(app, "error").count(said) == 1, messages(app, "error")
     then = f"flowdesk --db {db} resume {run_id}"
     assert said == (
         f"Run {run_id[:8]}: the disk holding the database {db} is full (no space left on the "

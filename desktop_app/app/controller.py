@@ -102,6 +102,8 @@ class Controller:
         self._answer_lock = threading.Lock()
         self._answering: dict[str, tuple[MessagePump, str]] = {}
         self._canceled_here: set[str] = set()
+        #: per run, the full-disk notice its timer's last try gave (said once)
+        self._full_said: dict[str, str] = {}
 
     def _say(self, message: str, severity: SeverityLevel = "information") -> None:
         self._host.say(message, severity)
@@ -326,9 +328,15 @@ class Controller:
             pass  # another process wakes it, or it was canceled meanwhile
         elif isinstance(exc, DiskFullError):  # `resume RUN` wakes it, not `resume --all`
             said = self._disk_full(exc, run_id, f"resume {run_id}", executed=True)
-            self._say(f"Run {short_id(run_id)}: {said}", "error")
+            # the timers try again at every pass: said once, not a notice a second
+            # (a tryout: a stack of them hid the dialog the person was in)
+            if self._full_said.get(run_id) != said:
+                self._full_said[run_id] = said
+                self._say(f"Run {short_id(run_id)}: {said}", "error")
         elif outcome.error is not None:
             self._say(outcome.error, "error")
+        if not isinstance(exc, DiskFullError):
+            self._full_said.pop(run_id, None)
         self._app.post_message(RunChanged(run_id))
 
     def announce(self, result: RunResult) -> None:
