@@ -215,3 +215,18 @@ def test_flowdesk_agent_deletes_a_kept_run_once_its_side_effect_was_delivered(
         if agent is not None:
             stop_agent(agent)
         store.close()
+
+
+def test_a_run_deleted_by_another_engine_meanwhile_is_no_error(store) -> None:
+    """Two engines' sweeps (an agent and the app) may both find a run
+    deletable: the second finds it gone and goes on."""
+    from desktop_app.flow.outbox import delete_when_sent
+
+    engine = Engine(store, flows=[paid_notify])
+    run_id = engine.run("paid_notify", Order(key="k5")).run_id
+    engine.signal("paid", "k5", {"amount": 3})
+    assert Dispatcher(store, {"http": Counting()}).dispatch() == 1
+    delete_when_sent(store, run_id)
+    delete_when_sent(store, run_id)  # the other sweep, a moment later
+    with pytest.raises(CheckpointNotFoundError):
+        store.get_run(run_id)

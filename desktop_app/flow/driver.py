@@ -146,7 +146,6 @@ class RunDriver:
             else ExecutionContext.model_validate(dict(run.context), context=STORED)
         )
         self.cancel_event = host.cancel_event(run.run_id)
-        self.deleted = False
         self.saves = 0
         #: ``(holder, dead)``: the first save takes the run from that holder,
         #: as a compare-and-set on it (see ``RunState.takeover``)
@@ -406,7 +405,7 @@ class RunDriver:
         finally:
             self.host.track(self.run_id, False)
             self.host.forget_cancel(self.run_id)
-            if self.status in ("running", "pending") and not self.deleted:
+            if self.status in ("running", "pending"):
                 # stopped early: hand the run back (finished runs cleared it on save)
                 with contextlib.suppress(FlowdeskError):  # else it expires on its own
                     self.release()
@@ -460,7 +459,7 @@ class RunDriver:
         when the step loop ends, and when a wake ended the run (a signal
         taken by its last wait) with no step loop after it."""
         if self.status == "completed" and self.flow.delete_on_success:
-            self.deleted = delete_when_sent(self.store, self.run_id)
+            delete_when_sent(self.store, self.run_id)
         elif self.flow.keep_last_n is not None and self.status != "running":
             self.store.prune(self.run_id, self.flow.keep_last_n)
 

@@ -308,7 +308,7 @@ def settle_cancel(
 KEEPS_THE_RUN = ("pending", "sending", "failed")
 
 
-def delete_when_sent(store: CheckpointStore, run_id: str) -> bool:
+def delete_when_sent(store: CheckpointStore, run_id: str) -> None:
     """Delete the completed run ``run_id`` of a ``delete_on_success`` flow
     unless one of its side effects is not delivered: its queued intents are
     claimed through the run's row (scope, lease, a ``db copy``'s move), so
@@ -317,16 +317,15 @@ def delete_when_sent(store: CheckpointStore, run_id: str) -> bool:
     :meth:`~desktop_app.flow.engine.Engine.delete_delivered_runs` of an
     engine that runs its flow (its ``tick``, the app's timer pass) once its
     last intent is delivered; one with an intent given up on
-    (``failed``) stays, to show it. Returns whether the run is gone.
+    (``failed``) stays, to show it.
 
     Raises:
         StoreError: the store failed (the run stays, completed).
     """
     if store.intents(KEEPS_THE_RUN, 1, run_id=run_id):
-        return False
+        return
     with contextlib.suppress(CheckpointNotFoundError):  # another engine's tick was first
         store.delete_run(run_id)
-    return True
 
 
 #: what follows once a full disk that stopped a delivery pass has space again
