@@ -139,6 +139,7 @@ TESTS_FOR: dict[str, list[str]] = {
     ],
     "desktop_app/flow/engine.py": [
         *_ENGINE,
+        "tests/test_delete_on_success_outbox.py",
         "tests/test_changed_flow_stuck.py",
         "tests/test_waits.py",
         "tests/test_leases.py",
@@ -196,6 +197,7 @@ TESTS_FOR: dict[str, list[str]] = {
     ],
     "desktop_app/flow/outbox.py": [
         "tests/test_outbox.py",
+        "tests/test_delete_on_success_outbox.py",
         "tests/test_races_processes.py",
         "tests/test_claiming.py",
         "tests/test_tidy.py",
