@@ -250,6 +250,7 @@ async def test_a_timer_fired_on_a_full_disk_says_the_run_still_waits_and_resume_
     assert f"run {run_id} completed" in done.stdout
 
 
+@pytest.mark.scenario("S128")
 async def test_a_database_file_moved_away_turns_the_app_read_only_until_it_is_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

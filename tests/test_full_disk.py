@@ -359,6 +359,7 @@ def test_export_to_a_full_disk_says_so_and_writes_nothing(small_disk, tmp_path, 
 
 
 @pytest.mark.postgres
+@pytest.mark.scenario("S127")
 def test_db_copy_from_a_file_on_a_nearly_full_disk_copies_nothing_and_says_so(small_disk, pg_url):
     """A tryout: `db copy` from a file whose disk had ~36 KiB left committed
     the copy on PostgreSQL, then could not mark the runs moved in the file:

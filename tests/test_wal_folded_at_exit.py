@@ -15,11 +15,14 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.cli_support import flowdesk
 
 ENV = {"FLOWDESK_FLOWS": json.dumps(["desktop_app.examples.approval:approval"])}
 
 
+@pytest.mark.scenario("S126")
 def test_a_copy_of_the_file_alone_holds_what_the_commands_wrote(tmp_path: Path) -> None:
     db = tmp_path / "f.db"
     assert flowdesk(db, "db", "apply").returncode == 0
