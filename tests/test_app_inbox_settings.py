@@ -852,6 +852,10 @@ async def test_the_base_url_is_shown_without_its_secrets_and_saving_keeps_them(
         assert screen.saved_text == "Nothing saved: fix the fields marked above."
         assert tomllib.loads(path.read_text())["model"]["base_url"] == written
         field.value = shown  # as it was shown: saved with the secrets the file holds
+        # a Button ignores a click while it still shows the last one (Textual's
+        # -active effect, 0.2 s): on a fast machine the second click came sooner
+        save = screen.query_one("#save")
+        await wait_until(pilot, lambda: not save.has_class("-active"))
         await pilot.click("#save")
         await settle(pilot)
         assert screen.saved_text == f"Saved to {path}. Restart Flowdesk to apply."
