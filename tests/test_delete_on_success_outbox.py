@@ -230,3 +230,22 @@ def test_a_run_deleted_by_another_engine_meanwhile_is_no_error(store) -> None:
     delete_when_sent(store, run_id)  # the other sweep, a moment later
     with pytest.raises(CheckpointNotFoundError):
         store.get_run(run_id)
+
+
+def test_a_run_its_last_wait_completes_is_said_finished_once(store) -> None:
+    """A wake that completed the run (its last wait took a signal) ran no
+    step loop after it, so no ``RunFinished`` said it completed (the app
+    and the CLI's listeners learn that a run ended from it); a wake that
+    timed a run out published one. It is published once, as a driven
+    run's end is."""
+    from desktop_app.flow import EventBus
+    from desktop_app.flow.events import RunFinished
+
+    events = EventBus()
+    finished: list[RunFinished] = []
+    events.subscribe(lambda e: finished.append(e) if isinstance(e, RunFinished) else None)
+    engine = Engine(store, flows=[paid_only], events=events)
+    run_id = engine.run("paid_only", Order(key="k8")).run_id
+    assert finished == [RunFinished(run_id, "waiting", None)]  # its drive stopped at the wait
+    engine.signal("paid", "k8", {"amount": 3})
+    assert finished[1:] == [RunFinished(run_id, "completed", None)]
