@@ -154,7 +154,16 @@ def test_a_wal_another_process_is_reading_is_left_to_it_without_waiting(tmp_path
         reader.communicate("\n", timeout=30)
 
 
-def test_an_answer_on_a_full_disk_says_it_was_not_saved_and_how_to_answer_again(small_disk):
+@pytest.mark.parametrize("index_left", [True, False])
+def test_an_answer_on_a_full_disk_says_it_was_not_saved_and_how_to_answer_again(
+    small_disk, index_left
+):
+    """The answer is not saved; the message says so and names the same
+    answer, which works as printed once space is free. ``index_left``: the
+    file's ``-shm`` index is still beside it (a command that wrote leaves
+    it); without it (the last connection closing removes it), the answer
+    cannot even open the database on the full disk: it said the run
+    stopped, interrupted, and printed `resume --all`."""
     from tests.cli_support import as_printed
     from tests.damaged_flows import FLOWS_ENV
 
@@ -164,50 +173,26 @@ def test_an_answer_on_a_full_disk_says_it_was_not_saved_and_how_to_answer_again(
     started = flowdesk(db, "start", "asker", "--input", '{"order": "A"}', env=env)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.splitlines()[0]
+    if not index_left:
+        open_connection(db).close()  # the last connection closing removes the -wal and -shm
+        assert not Path(f"{db}-shm").exists()
     filler = fill(small_disk)
     line = one_line_exit_1(flowdesk(db, "answer", run_id, "yes", env=env))
     again = f"flowdesk --db {db} answer {run_id} yes"
+    where = f"the database {db}" if index_left else f"the database's index {db}-shm"
     assert line == (
-        f"flowdesk: the disk holding the database {db} is full, so the answer was not saved "
+        f"flowdesk: the disk holding {where} is full, so the answer was not saved "
         f"(run {run_id} still waits for it); nothing saved before is lost. Free at least 5 MiB "
         f"on that disk, then run `{again}`."
     )
     assert "interrupted" not in line and "resume" not in line
-    shown = flowdesk(db, "waiting", env=env)  # reading needs no room
-    assert shown.returncode == 0 and f"{run_id}:approve:0" in shown.stdout
+    if index_left:
+        shown = flowdesk(db, "waiting", env=env)  # reading needs no room
+        assert shown.returncode == 0 and f"{run_id}:approve:0" in shown.stdout
     filler.unlink()  # the user frees space and runs the command as printed
     done = as_printed(line[line.index("`") + 1 : line.rindex("`")], env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
     assert f"run {run_id} completed" in done.stdout
-
-
-def test_an_answer_that_cannot_open_the_file_on_a_full_disk_says_it_was_not_saved(small_disk):
-    """With no ``-shm`` index left beside the file (the last connection
-    removed it), an answer on a full disk cannot even open the database: it
-    said the run stopped, interrupted, and printed `resume --all`; nothing
-    was answered, and it says so, with the same answer to run again."""
-    from tests.cli_support import as_printed
-    from tests.damaged_flows import FLOWS_ENV
-
-    env = {"FLOWDESK_FLOWS": FLOWS_ENV}
-    db = small_disk / "flowdesk.db"
-    assert flowdesk(db, "db", "apply", env=env).returncode == 0
-    started = flowdesk(db, "start", "asker", "--input", '{"order": "A"}', env=env)
-    run_id = started.stdout.splitlines()[0]
-    conn = open_connection(db)  # the last connection closing removes the -wal and -shm
-    conn.close()
-    assert not Path(f"{db}-shm").exists()
-    filler = fill(small_disk)
-    line = one_line_exit_1(flowdesk(db, "answer", run_id, "yes", env=env))
-    again = f"flowdesk --db {db} answer {run_id} yes"
-    assert line == (
-        f"flowdesk: the disk holding the database's index {db}-shm is full, so the answer "
-        f"was not saved (run {run_id} still waits for it); nothing saved before is lost. "
-        f"Free at least 5 MiB on that disk, then run `{again}`."
-    )
-    filler.unlink()
-    done = as_printed(again, env={**os.environ, **env})
-    assert done.returncode == 0 and f"run {run_id} completed" in done.stdout, done.stderr
 
 
 def test_a_schema_half_applied_on_a_full_disk_says_the_disk_is_full(small_disk):
