@@ -199,6 +199,34 @@ class OutputFolderError(Exception):
     be created or written (exit 2, nothing written)."""
 
 
+class NoFlowdeskTablesError(Exception):
+    """Asked for every table, the database holds none of Flowdesk's (its
+    schema dropped, or never applied): nothing written (exit 1)."""
+
+
+def _wanted(tables: list[str] | None, present: Iterable[str], where: str) -> list[str]:
+    """The tables to export: ``tables`` when given, else Flowdesk's that are
+    ``present``.
+
+    Raises:
+        UnknownTableError: a table of ``tables`` is not ``present``.
+        NoFlowdeskTablesError: none given, and none of Flowdesk's is present.
+    """
+    have = set(present)
+    if tables:
+        missing = [t for t in tables if t not in have]
+        if missing:
+            raise _no_tables(missing, where, have)
+        return tables
+    wanted = [t for t in DEFAULT_TABLES if t in have]
+    if not wanted:
+        raise NoFlowdeskTablesError(
+            f"{where} holds none of Flowdesk's tables (its schema was dropped, or never "
+            "applied); nothing was written"
+        )
+    return wanted
+
+
 def _no_tables(missing: list[str], where: str, present: Iterable[str]) -> UnknownTableError:
     return UnknownTableError(
         f"no table {', '.join(missing)} in {where}; its tables: {', '.join(sorted(present))}"
@@ -387,6 +415,8 @@ def export(
 
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
+        NoFlowdeskTablesError: no table asked for, and none of Flowdesk's
+            exists (nothing written).
         MixedFormatsError: ``out`` holds another export (:func:`check_out`).
         OutputFolderError: ``out`` is a file or cannot be created or written.
         sqlite3.DatabaseError: the file cannot be read (a damaged page:
@@ -397,10 +427,7 @@ def export(
         conn.execute("PRAGMA cell_size_check=ON")  # a damaged page is an error, not "no rows"
         database = sqlite_utils.Database(conn)
         present = set(database.table_names())
-        wanted = tables or [t for t in DEFAULT_TABLES if t in present]
-        missing = [t for t in wanted if t not in present]
-        if missing:
-            raise _no_tables(missing, str(db), present)
+        wanted = _wanted(tables, present, str(db))
         source = source_of(db)
         check_out(out, fmt, source, scope)
         counts: dict[str, int] = {}
@@ -445,6 +472,8 @@ def export_postgres(
 
     Raises:
         UnknownTableError: a requested table does not exist (nothing written).
+        NoFlowdeskTablesError: no table asked for, and none of Flowdesk's
+            exists (nothing written).
         MixedFormatsError: ``out`` holds another export (:func:`check_out`).
         OutputFolderError: ``out`` is a file or cannot be created or written.
         psycopg.Error: the server cannot be read (nothing was written, ``out``
@@ -465,10 +494,7 @@ def export_postgres(
             (PG_SCHEMA,),
         ):
             columns.setdefault(table, []).append((column, dtype))
-        wanted = tables or [t for t in DEFAULT_TABLES if t in columns]
-        missing = [t for t in wanted if t not in columns]
-        if missing:
-            raise _no_tables(missing, "the database", columns)
+        wanted = _wanted(tables, columns, "the database")
         source, source_id = source_of(url), pg_source_id(conn)
         check_out(out, fmt, source, scope, source_id)
         literal = sql.Literal(scope).as_string(conn)  # COPY takes no bound parameters
@@ -566,6 +592,9 @@ def _main(args: argparse.Namespace) -> int:
         except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
             print(f"flowdesk export: {exc}", file=sys.stderr)
             return 2
+        except NoFlowdeskTablesError as exc:
+            print(f"flowdesk export: {exc}: `{args.doctor}` says what to do", file=sys.stderr)
+            return 1
         _report(counts, args.out, args.scope)
         return _said_absent(counts, args)
     args.db = Path(args.db)
@@ -589,6 +618,9 @@ def _main(args: argparse.Namespace) -> int:
     except (MixedFormatsError, OutputFolderError, UnknownTableError) as exc:
         print(f"flowdesk export: {exc}", file=sys.stderr)
         return 2
+    except NoFlowdeskTablesError as exc:
+        print(f"flowdesk export: {exc}: `{args.doctor}` says what to do", file=sys.stderr)
+        return 1
     assert "apsw" not in sys.modules, "export must not load apsw"
     _report(counts, args.out, args.scope)
     return _said_absent(counts, args)

@@ -126,6 +126,32 @@ def test_an_export_without_a_dropped_table_says_it_is_not_whole(tmp_path: Path) 
     assert flowdesk(db, "export", "--out", str(out), "--table", "runs").returncode == 0
 
 
+@pytest.mark.postgres
+def test_an_export_of_a_database_whose_schema_was_dropped_writes_nothing(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """A tryout: with the whole schema dropped, `export` wrote a manifest of
+    no tables, said "written to", then that the export was not whole. It
+    writes nothing, and the doctor it names says to apply the schema."""
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA flowdesk CASCADE")
+    out = tmp_path / "exp"
+    done = flowdesk(pg_url, "export", "--out", str(out))
+    assert done.returncode == 1, done.stderr
+    assert "written to" not in done.stdout, done.stdout
+    assert not out.exists() or not any(out.iterdir())
+    said = re.search(
+        r"flowdesk export: the database holds none of Flowdesk's tables \(its schema was "
+        r"dropped, or never applied\); nothing was written: `(flowdesk [^`]+)` says what to do",
+        done.stderr,
+    )
+    assert said is not None, done.stderr
+    doctor = as_printed(said.group(1), dict(os.environ))
+    assert "db apply" in doctor.stdout, doctor.stdout
+
+
 def test_only_flowdesk_tables_are_taken_for_dropped_ones() -> None:
     """A step's own SQL on a table of its own keeps SQLite's words: only a
     table the shipped schema creates is said to be dropped outside Flowdesk."""
