@@ -18,8 +18,9 @@ its ``set_forkserver_preload``.
 
 What a forked child cannot change after start-up makes :func:`run` start a
 real interpreter instead: a different value of a variable read at start-up
-(``PYTHON*`` other than ``PYTHONPATH``, ``LANG``/``LC_*``, coverage's, the
-dynamic loader's ``LD_*`` and libfaketime's ``FAKETIME*``), or a
+(``PYTHON*`` other than ``PYTHONPATH`` and keyring's
+``PYTHON_KEYRING_BACKEND``, ``LANG``/``LC_*``, coverage's, the dynamic
+loader's ``LD_*`` and libfaketime's ``FAKETIME*``), or a
 ``PYTHONPATH``/working directory under which ``desktop_app`` or ``tests``
 would be imported from elsewhere. :func:`run_script` forks a test's own
 worker script the same way (``python SCRIPT ARGS``): a process that kills
@@ -145,6 +146,12 @@ WARM = (
 _HEADER = struct.Struct("!I")
 
 
+#: ``PYTHON*`` variables read after start-up: ``PYTHONPATH`` (see
+#: :func:`_child_path`) and keyring's backend choice, read when a process
+#: first uses the keyring (the server never does: each child chooses its own)
+NOT_AT_STARTUP = ("PYTHONPATH", "PYTHON_KEYRING_BACKEND")
+
+
 def _startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     """The variables the interpreter reads only at start-up (and the
     preloaded packages only at import, :data:`IMPORT_ENV`, :data:`FLAVOURS`)."""
@@ -152,7 +159,7 @@ def _startup_env(env: dict[str, str], flavour: str = "") -> dict[str, str]:
     return {
         k: v
         for k, v in env.items()
-        if (k.startswith("PYTHON") and k != "PYTHONPATH")
+        if (k.startswith("PYTHON") and k not in NOT_AT_STARTUP)
         or k in IMPORT_ENV
         or k.startswith(prefixes)
         or k == "LANG"
