@@ -123,6 +123,13 @@ def test_signal_says_it_completed_a_run_deleted_on_success(tmp_path, flow: str) 
         assert f"delivered to run {run_id} (now completed, and deleted" in sent.stdout, sent
         return
     assert f"delivered to run {run_id} (now completed)" in sent.stdout, sent
+    # kept, and said so: a deleting flow's run stays until its post is made
+    assert (
+        f"run {run_id} is kept until its side effects are delivered (1 side effect queued), "
+        "then deleted" in sent.stdout
+    ), sent
+    # the post goes to the program's own destination: flowdesk does not deliver it
+    assert "'http'" in sent.stdout and "flowdesk does not deliver" in sent.stdout, sent
     store = open_store(db)
     try:
         http = Counting()

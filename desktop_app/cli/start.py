@@ -47,6 +47,7 @@ from desktop_app.runs_view import (
     INTENT_NOUNS,
     display_status,
     no_signal_waiter,
+    queued_text,
     signal_reach,
     signal_waits,
     unsettled_text,
@@ -550,6 +551,8 @@ def cmd_signal(ctx: Ctx) -> int:
             )
         else:
             print(f"delivered to run {reach.taken_by} (now {took.status})")
+            if took.status == "completed":
+                _say_kept(ctx, sv, took)
             if took.status != "waiting":  # it went on here: its error and what works on it
                 code = report_hints(ctx, took.run_id, took.status, took.error)
     if reach.taken_by is None:
@@ -581,6 +584,26 @@ def cmd_signal(ctx: Ctx) -> int:
         # a misspelt name or key is stored too: say so, and where to look
         _say_reached(ctx, [], no_signal_waiter(a.name, a.key))
     return code
+
+
+def _say_kept(ctx: Ctx, sv: Any, run: Any) -> None:
+    """A completed run whose flow deletes the runs that complete is kept
+    while side effects it queued are not delivered (``flow.outbox``'s
+    ``delete_when_sent``): say so, and who delivers them."""
+    from desktop_app.cli.runs import delivery_lines
+
+    flow = sv.engine.flows.get(run.flow_name)
+    if flow is None or not flow.delete_on_success:
+        return
+    unsent = [i for i in sv.checkpoints.open_intents(run.run_id) if i.moved_to is None]
+    if not unsent:
+        return
+    print(
+        f"its flow deletes the runs that complete: run {run.run_id} is kept until its side "
+        f"effects are delivered ({queued_text(run.flow_name, len(unsent))}), then deleted"
+    )
+    for line in delivery_lines(ctx, run, unsent):
+        print(line)
 
 
 def _signal_key(a: Any) -> str:
