@@ -625,10 +625,12 @@ def build_engine(
     return engine
 
 
-def inspect_database(settings: Settings) -> dict[str, str]:
+def inspect_database(settings: Settings) -> dict[str, Any]:
     """What ``flowdesk doctor`` reports about the open database:
-    ``journal_mode`` (``wal``), ``synchronous`` (``OFF``/``NORMAL``/``FULL``/
-    ``EXTRA``, as the connection applies it), ``missing``: the schema's
+    ``journal_mode`` (``wal``), ``behind``: the runs whose record is older
+    than their newest checkpoint (:func:`runs_behind`'s list),
+    ``synchronous`` (``OFF``/``NORMAL``/``FULL``/``EXTRA``, as the
+    connection applies it), ``missing``: the schema's
     tables, columns, indexes and triggers the file lacks although every
     schema file is applied (``"index waits_run, table waits"``; ``""``:
     none; see
@@ -659,6 +661,7 @@ def inspect_database(settings: Settings) -> dict[str, str]:
             problems = [str(exc)]
         # a damaged file first: what it lacks may be what the damage hides
         missing = migrations.missing_objects(conn) if problems in ([], ["ok"]) else []
+        behind = [] if missing or problems not in ([], ["ok"]) else runs_behind(conn)
     finally:
         conn.close()
     check = problems[0] if problems else "ok"
@@ -670,4 +673,22 @@ def inspect_database(settings: Settings) -> dict[str, str]:
         "synchronous": sync,
         "quick_check": check,
         "missing": ", ".join(missing),
+        "behind": behind,
     }
+
+
+#: runs whose row names an older revision than their newest checkpoint
+_RUNS_BEHIND = (
+    "SELECT r.run_id, r.revision, m.top FROM runs r JOIN "
+    "(SELECT run_id, max(revision) AS top FROM checkpoints GROUP BY run_id) m "
+    "ON m.run_id = r.run_id WHERE m.top > r.revision ORDER BY r.run_id"
+)
+
+
+def runs_behind(conn: Any) -> list[tuple[str, int, int]]:
+    """Runs whose record (``runs.revision``) is older than their newest
+    checkpoint: ``(run_id, record's revision, newest checkpoint's)``. Flowdesk
+    moves both in one transaction, so only a change made outside it leaves
+    one: every command then reads the older checkpoint, and a save meets the
+    newer one (``RevisionConflictError``)."""
+    return [(str(r), int(a), int(b)) for r, a, b in conn.execute(_RUNS_BEHIND)]

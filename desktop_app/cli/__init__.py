@@ -62,6 +62,7 @@ from desktop_app.errors import (
     FlowVersionMismatchError,
     InputError,
     LeaseLostError,
+    RevisionConflictError,
     RunLeasedError,
     SchemaObjectMissingError,
     StoreError,
@@ -421,6 +422,12 @@ def _handle(ctx: Ctx, command_fn: Callable[[Ctx], int], argv: Sequence[str]) -> 
         return EXIT_FAILED
     except FlowdeskError as exc:
         _say(exc)
+        if type(exc) is RevisionConflictError:  # not a lease's or a flow key's
+            print(
+                "if no other process works on this run, its record and its checkpoints "
+                f"disagree (changed outside Flowdesk): `{ctx.hints.cmd('doctor')}` checks",
+                file=sys.stderr,
+            )
         return EXIT_FAILED
     except Exception as exc:
         translated = _untranslated_store_error(ctx, exc)

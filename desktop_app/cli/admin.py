@@ -319,10 +319,40 @@ def _sqlite_checks(ctx: Ctx, line: Any, path: Path, apply_hint: str) -> None:
                     "create them again (its records say the schema is applied). Restore the "
                     "file from a backup (stop every Flowdesk process using it first)",
                 )
+            if check == "ok" and not gone:
+                _say_runs_behind(ctx, line, info["behind"])
         except FlowdeskError as exc:
             if isinstance(exc, DiskFullError):  # no run was stopped: doctor again, with --db
                 exc = exc.for_command(ctx.hints.cmd("doctor"), paused=False)
             line(False, "open", str(exc))
+
+
+#: runs behind their checkpoints that doctor names one by one
+BEHIND_SHOWN = 5
+
+
+def _say_runs_behind(ctx: Ctx, line: Any, behind: list[tuple[str, int, int]]) -> None:
+    """The ``run records`` check: runs whose record is older than their
+    newest checkpoint (:func:`desktop_app.bootstrap.runs_behind`), each with
+    the replay that goes on from that checkpoint as a new run."""
+    if not behind:
+        line(True, "run records", "each at its newest checkpoint")
+        return
+    each = "; ".join(
+        f"run {run_id}: record at revision {rev}, newest checkpoint {top} "
+        f"(go on from it as a new run: `{ctx.hints.cmd(f'replay {run_id}:{top}')}`)"
+        for run_id, rev, top in behind[:BEHIND_SHOWN]
+    )
+    more = len(behind) - BEHIND_SHOWN
+    line(
+        False,
+        "run records",
+        f"{plural(len(behind), 'run')} behind {'its' if len(behind) == 1 else 'their'} "
+        "checkpoints, changed outside Flowdesk: commands read an older checkpoint and "
+        "cannot save (another writer saved first, they say). Restore the file from a backup "
+        f"(stop every Flowdesk process using it first), or replay: {each}"
+        + (f"; and {plural(more, 'more run')}" if more > 0 else ""),
+    )
 
 
 def _machine_checks(ctx: Ctx, line: Any, path: Path) -> None:
