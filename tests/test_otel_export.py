@@ -133,6 +133,43 @@ def test_agent_tool_calls_are_spans_in_the_agent_run_trace(tmp_path, receiver):
     assert b"todo.md" not in b"".join(receiver.bodies)  # tool inputs stay out of traces
 
 
+@pytest.mark.scenario("S75")
+def test_an_mcp_tool_calls_sdk_span_is_a_child_of_its_execute_tool_span(tmp_path, receiver):
+    """The MCP SDK makes a client span for each request it sends (``MCP send
+    tools/call NAME``) under the current span, and sends that span's trace
+    context to the server: with the tool call's span current while the call
+    runs, both are in the agent run's trace (they were a trace of their own)."""
+    import json
+
+    from tests.cli_forkserver import module_command
+
+    require("mcp")
+    db, log, config = tmp_path / "f.db", tmp_path / "notes.log", tmp_path / "config.toml"
+    command = module_command("tests.mcp_notes_server", str(log), "stdio")
+    config.write_text(
+        f"[mcp_servers.notes]\ncommand = {json.dumps(command)}\ncwd = {json.dumps(str(REPO))}\n"
+    )
+    env = {
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{receiver.endpoint}/v1/traces",
+        "FLOWDESK_CONFIG": str(config),
+    }
+    assert flowdesk(db, "db", "apply", env=env).returncode == 0
+    with ChatServer() as chat:
+        call = completion("", [{"id": "a", "name": "notes__append", "args": {"text": "x"}}])
+        chat.script = [("json", call), ("json", completion("Noted."))]
+        env |= {"FLOWDESK_MODEL__BASE_URL": chat.url, "FLOWDESK_MODEL__MODEL": "m"}
+        out = flowdesk(db, "ask", "note x", "--mcp", "notes", env=env)
+    assert out.returncode == 0, out.stderr
+    assert log.read_text().splitlines() == ["x"]
+    ((run_id, trace_id),) = contexts(db, "agent_runs").items()
+    (tool,) = [s for s in receiver.spans if s.name == "execute_tool notes__append"]
+    (sent,) = [s for s in receiver.spans if s.name == "MCP send tools/call append"]
+    assert tool.trace_id == trace_id
+    assert tool.attributes["flowdesk.run_id"] == run_id
+    assert sent.trace_id == trace_id
+    assert sent.parent_span_id == tool.span_id
+
+
 def test_without_an_endpoint_nothing_is_exported(tmp_path, receiver):
     db = tmp_path / "f.db"
     out = flowdesk(db, "db", "apply", env={})

@@ -1035,7 +1035,10 @@ class Agent:
         )
         reused = False
         try:
-            reused = self._run_tool_once(run_id, call, position)
+            # current while it runs: the spans its tool makes (the MCP SDK's
+            # request span, which also carries it to the server) are its children
+            with tracing.current(span):
+                reused = self._run_tool_once(run_id, call, position)
         finally:
             tracing.end_span(span, attributes={"flowdesk.tool.reused": reused})
         return reused
