@@ -801,6 +801,9 @@ trace.set_tracer_provider(provider)
 @tool
 def look(q: str) -> str:
     "Look."
+    # the span current while the tool runs: a span the tool makes is its child
+    with trace.get_tracer("tool").start_as_current_span("inside " + q):
+        pass
     return "seen " + q
 
 store = SqliteAgentStore(open_store(sys.argv[1]))
@@ -856,6 +859,9 @@ def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
         assert len(r["attributes"]["flowdesk.run_id"]) == 32
     tools = [s for s in spans if s["name"] == "execute_tool look"]
     assert [t["attributes"]["flowdesk.tool.reused"] for t in tools] == [False, True]
+    # the tool ran once (the second call reused its result), inside its span
+    (inside,) = [s for s in spans if s["name"] == "inside a"]
+    assert inside["parent"] == tools[0]["span_id"]
     for t in tools:
         assert t["parent"] == runs[0]["span_id"]
         assert t["attributes"]["gen_ai.operation.name"] == "execute_tool"
