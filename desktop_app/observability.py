@@ -317,6 +317,15 @@ def setup_tracing(*, tell_at_exit: bool = False) -> bool:
             from opentelemetry.sdk.resources import SERVICE_NAME, Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+            from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+            from desktop_app.flow.tracing import ROOT_TRACE_ID, RunTraceIds
+
+            class _Ids(RandomIdGenerator, RunTraceIds):
+                """Random ids, but a run's root span takes the run's trace id."""
+
+                def generate_trace_id(self) -> int:
+                    return ROOT_TRACE_ID.get(0) or super().generate_trace_id()
 
             class _Exporter(OTLPSpanExporter):
                 """The SDK's OTLP/HTTP exporter, counting the spans of the
@@ -341,7 +350,7 @@ def setup_tracing(*, tell_at_exit: bool = False) -> bool:
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
         if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
             resource = resource.merge(Resource({SERVICE_NAME: APP_NAME}))
-        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False, id_generator=_Ids())
         exporter = _Exporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))
         flush = functools.partial(_flush_at_exit, provider, exporter, tell=tell_at_exit)

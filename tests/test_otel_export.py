@@ -75,6 +75,10 @@ def test_run_steps_and_model_calls_reach_an_otlp_receiver_in_the_run_trace(tmp_p
         by_name.setdefault(s.name, []).append(s)
     (run_span,) = by_name["run digest"]
     assert run_span.attributes["flowdesk.run_id"] == run_id
+    # a root span in the run's trace: no parent that no exporter ever sent
+    assert run_span.parent_span_id == ""
+    exported = {s.span_id for s in spans}
+    assert all(s.parent_span_id in exported or s.parent_span_id == "" for s in spans)
     assert run_span.resource["service.name"] == "flowdesk"
     assert {"step scan", "step report"} <= set(by_name)
     step_names = {n for n in by_name if n.startswith("step ")}
@@ -122,6 +126,7 @@ def test_agent_tool_calls_are_spans_in_the_agent_run_trace(tmp_path, receiver):
     assert names == ["chat m", "chat m", "execute_tool read_file", "invoke_agent ask"]
     assert {s.trace_id for s in receiver.spans} == {trace_id}
     (agent,) = [s for s in receiver.spans if s.name == "invoke_agent ask"]
+    assert agent.parent_span_id == ""  # the agent run's root span
     (tool,) = [s for s in receiver.spans if s.name.startswith("execute_tool")]
     assert agent.attributes["flowdesk.run_id"] == run_id
     assert agent.attributes["flowdesk.status"] == "done"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import contextvars
 import functools
 import secrets
 import threading
@@ -59,24 +60,40 @@ def _tracer(tracer_provider: Any) -> Any:
     return trace.get_tracer("flowdesk", tracer_provider=tracer_provider)
 
 
-def _parent(trace: Any, trace_id: str | None) -> Any:
-    """An OpenTelemetry context whose (remote) parent is in ``trace_id``;
-    ``None`` (a new trace) when the id is missing or not 32 hex digits."""
+#: the trace id a root span started now takes (:class:`RunTraceIds`)
+ROOT_TRACE_ID: contextvars.ContextVar[int] = contextvars.ContextVar("flowdesk_root_trace_id")
+
+
+class RunTraceIds:
+    """Marks an SDK id generator whose root spans take :data:`ROOT_TRACE_ID`
+    when it is set (:mod:`desktop_app.observability` makes one from the SDK's
+    ``RandomIdGenerator``): a run's span is then a root span in the run's
+    trace. Under a tracer provider without one (a program's own), a run's
+    span has a remote parent in that trace instead (:func:`_parent`), a span
+    id no exporter receives."""
+
+
+def _parent(trace: Any, trace_id: int) -> Any:
+    """An OpenTelemetry context whose (remote) parent is in trace ``trace_id``."""
     from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-    try:
-        tid = int(trace_id or "", 16)
-    except ValueError:
-        tid = 0
-    if not tid or len(trace_id or "") != 32:
-        return None
     remote = SpanContext(
-        trace_id=tid,
+        trace_id=trace_id,
         span_id=int.from_bytes(secrets.token_bytes(8), "big") or 1,
         is_remote=True,
         trace_flags=TraceFlags(TraceFlags.SAMPLED),
     )
     return trace.set_span_in_context(NonRecordingSpan(remote))
+
+
+def _trace_id(text: str | None) -> int:
+    """``text`` as a trace id, or 0 (a new trace) when it is missing or not 32
+    hex digits."""
+    try:
+        tid = int(text or "", 16)
+    except ValueError:
+        return 0
+    return tid if len(text or "") == 32 else 0
 
 
 def start_run_span(
@@ -85,14 +102,27 @@ def start_run_span(
     attributes: Mapping[str, AttrValue],
     tracer_provider: Any = None,
 ) -> Any:
-    """Start a run's span in ``trace_id`` (see :func:`_parent`); ``None`` when
-    OpenTelemetry is not installed. End it with :func:`end_span`."""
+    """Start a run's span in trace ``trace_id`` (32 hex digits; else a new
+    trace): a root span when the provider's id generator is a
+    :class:`RunTraceIds`, else a span with a remote parent in that trace.
+    ``None`` when OpenTelemetry is not installed. End it with :func:`end_span`."""
     trace = _otel_trace()
     if trace is None:
         return None
-    return _tracer(tracer_provider).start_span(
-        name, context=_parent(trace, trace_id), attributes=dict(attributes)
-    )
+    tid = _trace_id(trace_id)
+    tracer = _tracer(tracer_provider)
+    if not tid:
+        return tracer.start_span(name, context=None, attributes=dict(attributes))
+    provider = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
+    if isinstance(getattr(provider, "id_generator", None), RunTraceIds):
+        from opentelemetry.context import Context
+
+        token = ROOT_TRACE_ID.set(tid)
+        try:  # an empty context: no parent, whatever span is current
+            return tracer.start_span(name, context=Context(), attributes=dict(attributes))
+        finally:
+            ROOT_TRACE_ID.reset(token)
+    return tracer.start_span(name, context=_parent(trace, tid), attributes=dict(attributes))
 
 
 def start_agent_span(agent: str, run_id: str, trace_id: str | None) -> Any:
