@@ -198,6 +198,9 @@ def cmd_runs(ctx: Ctx) -> int:
         rows += langgraph.thread_rows(sv, a, now)
     rows.sort(key=lambda t: (t[0], t[1]["run_id"]), reverse=True)
     shown = [row for _, row in rows[: a.limit]]
+    for row in shown:
+        if row["kind"] == "flow":
+            row["damaged"] = _damaged(sv, row)
     if a.flow is not None and not shown:
         _known_flow(ctx, sv, a.flow)
     if a.output != "text":
@@ -237,6 +240,7 @@ def cmd_runs(ctx: Ctx) -> int:
             + (f"  · {making_said}" if making_said else "")
             + (f"  · {unsettled}" if unsettled else "")
             + ("  · its flow is not registered here (see show)" if stranded else "")
+            + ("  · its checkpoint is damaged (see show)" if row.get("damaged") else "")
             + (
                 f"  · its process {row['holder_stopped']} is stopped (see show)"
                 if row.get("holder_stopped")
@@ -249,6 +253,24 @@ def cmd_runs(ctx: Ctx) -> int:
             )
         )
     return EXIT_OK
+
+
+#: stored statuses of a run something still goes on with (its checkpoint is read)
+_GOES_ON = ("pending", "running", "waiting", "failed")
+
+
+def _damaged(sv: Services, row: Mapping[str, Any]) -> bool:
+    """Whether the flow run of ``row`` (:func:`flow_row`) has a checkpoint
+    that cannot be read (edited, deleted, cut short outside Flowdesk), as
+    ``show`` finds it; read only for a run something still goes on with
+    (an ended or moved one is not read again)."""
+    if row["stored_status"] not in _GOES_ON or row["status"] == MOVED:
+        return False
+    try:
+        sv.checkpoints.latest(row["run_id"])
+    except CheckpointDecodeError:
+        return True
+    return False
 
 
 def _known_flow(ctx: Ctx, sv: Services, name: str) -> None:
