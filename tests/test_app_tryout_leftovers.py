@@ -1,0 +1,86 @@
+"""What new users' tryouts of the app left over (and the fixes), each through
+Textual's pilot on a real SQLite file: the runs screen's status filter offers
+``moved``, as ``flowdesk runs --status moved`` does, and lists exactly the
+runs the table shows moved (it offered the stored statuses and
+``interrupted`` only)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from textual.widgets import Select
+
+from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.runs import RunsScreen
+from desktop_app.app.widgets.run_filters import STATUSES
+from desktop_app.cli.output import Hints
+from desktop_app.config import load_settings
+from tests.app_support import settle
+from tests.chat_server import ChatServer
+from tests.cli_support import flowdesk
+from tests.test_app_inbox_agent_answer import started_asking
+from tests.test_db_copy_moved_runs import _env_all, asker
+from tests.test_db_copy_moved_thread_race import THREAD, _waiting_thread
+
+SIZE = (160, 40)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+async def test_the_status_filter_lists_exactly_the_runs_shown_moved(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """A flow run, an agent run and a LangGraph thread waiting in a file
+    that ``flowdesk db copy`` then moved show ``moved``; a run that completed
+    before the copy stays ``completed``. Status ``moved`` lists the three,
+    as ``flowdesk runs --status moved`` on the file does, and the bar says
+    ``status=moved``."""
+    db = tmp_path / "laptop.db"
+    env = {**os.environ, **_env_all(tmp_path)}  # asker's step logs into tmp_path
+    with ChatServer() as server:
+        agent_id, _ = started_asking(db, server)  # applies the schema too
+    ids = []
+    for _ in range(2):
+        started = flowdesk(db, "start", "asker", "--input", "{}", env=env)
+        assert started.returncode == 0, started.stderr
+        ids.append(started.stdout.split()[0])
+    flow_id, done_id = ids
+    answered = flowdesk(db, "answer", done_id, "yes", env=env)
+    assert answered.returncode == 0, answered.stderr
+    _waiting_thread(db, tmp_path)
+    copied = flowdesk(db, "db", "copy", "--from", str(db), "--to", pg_url, env=env)
+    assert copied.returncode == 0, copied.stderr
+    listed = flowdesk(db, "runs", "--status", "moved", "-o", "jsonl", env=env)
+    assert listed.returncode == 0, listed.stderr
+    cli_moved = {json.loads(line)["run_id"] for line in listed.stdout.splitlines()}
+    assert cli_moved == {flow_id, agent_id, THREAD}, listed.stdout
+
+    assert "moved" in STATUSES
+    settings = load_settings(db_path=db, recover_on_launch=False)
+    app = FlowdeskApp(settings, flows=[asker], hints=Hints(str(db), None))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        table = screen.table
+        shown = {rid: table.cell(rid, "status") for rid in table.run_ids}
+        assert shown[done_id] == "completed", shown
+        shown_moved = {rid for rid, status in shown.items() if status == "moved"}
+        assert shown_moved == cli_moved, shown
+        await pilot.press("slash")
+        await settle(pilot)
+        status = app.query_one("#filter-status", Select)
+        assert ("moved", "moved") in [(str(p), v) for p, v in status._options], status._options
+        status.value = "moved"
+        await settle(pilot)
+        assert screen.filter.status == "moved"
+        assert sorted(table.run_ids) == sorted(shown_moved)
+        assert {table.cell(rid, "status") for rid in table.run_ids} == {"moved"}
+        assert "status=moved" in str(screen.page_line.render())
+        # interrupted lists none of them (they are moved, not interrupted)
+        status.value = "interrupted"
+        await settle(pilot)
+        assert table.run_ids == []
