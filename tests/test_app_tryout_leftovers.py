@@ -2,7 +2,9 @@
 Textual's pilot on a real SQLite file: the runs screen's status filter offers
 ``moved``, as ``flowdesk runs --status moved`` does, and lists exactly the
 runs the table shows moved (it offered the stored statuses and
-``interrupted`` only)."""
+``interrupted`` only); the fork dialog's editor has the focus as it opens,
+and what is typed with the ``f`` that opens it goes into it (it was lost,
+and the detail's own keys among it acted behind the dialog)."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import os
 from pathlib import Path
 
 import pytest
+from textual import events
 from textual.widgets import Select
 
 from desktop_app.app.main import FlowdeskApp
+from desktop_app.app.screens.fork import ForkScreen
 from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_filters import STATUSES
 from desktop_app.cli.output import Hints
@@ -21,6 +25,8 @@ from desktop_app.config import load_settings
 from tests.app_support import settle
 from tests.chat_server import ChatServer
 from tests.cli_support import flowdesk
+from tests.test_app_detail import Counter, flows, make_run, open_detail, stored
+from tests.test_app_forms import read_at_once
 from tests.test_app_inbox_agent_answer import started_asking
 from tests.test_db_copy_moved_runs import _env_all, asker
 from tests.test_db_copy_moved_thread_race import THREAD, _waiting_thread
@@ -84,3 +90,35 @@ async def test_the_status_filter_lists_exactly_the_runs_shown_moved(
         status.value = "interrupted"
         await settle(pilot)
         assert table.run_ids == []
+
+
+async def test_the_fork_editor_has_the_focus_and_takes_what_is_typed_with_f(
+    tmp_path: Path,
+) -> None:
+    """``f`` and text typed at once (one read of the terminal) on a run's
+    detail: the dialog opens with its editor focused and the text in it; the
+    detail's keys among it (``p`` replay, ``u`` undo) do nothing behind the
+    dialog. Keys that reach the dialog before its editor has the focus go
+    into the editor too, which takes the focus."""
+    settings = load_settings(db_path=tmp_path / "t.db")
+    run_id = make_run(settings, "counter", Counter())
+    app = FlowdeskApp(settings, flows=flows())
+    async with app.run_test(size=SIZE) as pilot:
+        await open_detail(pilot, run_id)
+        read_at_once(app, "fpu")
+        await settle(pilot)
+        modal = app.screen
+        assert isinstance(modal, ForkScreen), modal
+        assert app.focused is modal.editor
+        assert modal.editor.text.startswith('pu{\n  "name": "DEMO"'), modal.editor.text
+        modal.set_focus(None)  # the dialog as drawn before its editor took the focus
+        for key in "xy":
+            modal.post_message(events.Key(key, key))  # queued for the screen itself
+        await settle(pilot)
+        assert app.focused is modal.editor and modal.editor.text.startswith("puxy{")
+        await pilot.press("z")  # and typed after, into the editor
+        assert modal.editor.text.startswith("puxyz{")
+        await pilot.press("escape")
+        await settle(pilot)
+        assert app.screen is not modal and not isinstance(app.screen, ForkScreen)
+    assert list(stored(tmp_path / "t.db")) == [run_id]  # nothing replayed or forked
