@@ -4,7 +4,10 @@ Textual's pilot on a real SQLite file: the runs screen's status filter offers
 runs the table shows moved (it offered the stored statuses and
 ``interrupted`` only); the fork dialog's editor has the focus as it opens,
 and what is typed with the ``f`` that opens it goes into it (it was lost,
-and the detail's own keys among it acted behind the dialog)."""
+and the detail's own keys among it acted behind the dialog); the answer
+dialog of a run whose flow the app does not register says so as it opens,
+with what to set, and takes no answer (it said so only once one was typed
+and sent)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from textual import events
-from textual.widgets import Select
+from textual.widgets import Input, Select
 
 from desktop_app.app.main import FlowdeskApp
 from desktop_app.app.screens.fork import ForkScreen
@@ -22,7 +25,7 @@ from desktop_app.app.screens.runs import RunsScreen
 from desktop_app.app.widgets.run_filters import STATUSES
 from desktop_app.cli.output import Hints
 from desktop_app.config import load_settings
-from tests.app_support import settle
+from tests.app_support import answer_dialog, messages, settle, wait_until
 from tests.chat_server import ChatServer
 from tests.cli_support import flowdesk
 from tests.test_app_detail import Counter, flows, make_run, open_detail, stored
@@ -30,6 +33,7 @@ from tests.test_app_forms import read_at_once
 from tests.test_app_inbox_agent_answer import started_asking
 from tests.test_db_copy_moved_runs import _env_all, asker
 from tests.test_db_copy_moved_thread_race import THREAD, _waiting_thread
+from tests.test_unregistered_flow_hints import bare, start
 
 SIZE = (160, 40)
 
@@ -122,3 +126,40 @@ async def test_the_fork_editor_has_the_focus_and_takes_what_is_typed_with_f(
         await settle(pilot)
         assert app.screen is not modal and not isinstance(app.screen, ForkScreen)
     assert list(stored(tmp_path / "t.db")) == [run_id]  # nothing replayed or forked
+
+
+async def test_the_answer_dialog_of_an_unregistered_flow_says_so_as_it_opens(
+    tmp_path: Path,
+) -> None:
+    """A run of ``approver`` started by a program that registers it (``flowdesk
+    start`` with FLOWDESK_FLOWS); ``a`` on it in an app that does not: the
+    dialog shows the question and, at once, that it cannot be answered here
+    and what to set, with no answer field or Yes/No/Send; keys typed there
+    and enter send nothing; the run still waits."""
+    db = tmp_path / "t.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    run_id = start(db, "approver")
+    app = FlowdeskApp(load_settings(db_path=db, scope="team"))
+    async with app.run_test(size=(120, 35)) as pilot:
+        await wait_until(pilot, lambda: app.runs_screen.table.selected_run_id() == run_id)
+        dialog = await answer_dialog(pilot)
+        said = (
+            f"Run {run_id[:8]} cannot be answered here: no flow named 'approver' is registered "
+            "(known: digest, tidy). Set FLOWDESK_FLOWS (the flows setting) to the module "
+            "attribute that defines its flow and relaunch the app, or answer it where its flow "
+            "is registered."
+        )
+        prompt = str(dialog.query_one("#prompt").render())
+        assert "OK?" in prompt and " ".join(said.split()) in " ".join(prompt.split()), prompt
+        answer = dialog.query_one("#answer", Input)
+        for control in (answer, *dialog.query("#as-json, #send, #answer-yes, #answer-no")):
+            assert control.disabled and not control.display, control
+        await pilot.press("y", "e", "s")
+        await settle(pilot)
+        assert answer.value == "" and app.screen is dialog
+        await pilot.press("enter")  # Close has the focus
+        await settle(pilot)
+        assert app.screen is not dialog
+        assert not [m for m in messages(app) if "answered" in m], messages(app)
+    shown = flowdesk(db, "--scope", "team", "show", run_id, env=bare())
+    assert "status waiting" in shown.stdout, shown.stdout
