@@ -34,7 +34,7 @@ from desktop_app.app.format import app_version_refusal, short_id, skew_notice
 from desktop_app.app.host import Host, host
 from desktop_app.app.messages import AnswerAccepted, AnswerRefused, BranchFinished, RunChanged
 from desktop_app.app.runs import RunController
-from desktop_app.app.screens.answer import AnswerScreen
+from desktop_app.app.screens.answer import AnswerScreen, register_advice
 from desktop_app.app.screens.confirm import ConfirmScreen
 from desktop_app.app.screens.detail import RunDetailScreen
 from desktop_app.app.screens.fork import validation_lines
@@ -843,8 +843,6 @@ def unregistered_in_app(run_id: str, exc: UnknownFlowError, verb: str, done: str
     """What the app says when run ``run_id``'s flow is not registered in it
     (``exc``, from the engine) and ``verb`` (``answer``; ``done``: ``answered``)
     was refused: nothing changed, and how to register the flow."""
-    return (
-        f"Run {short_id(run_id)} was not {done} here: {exc}. Nothing changed. Set "
-        "FLOWDESK_FLOWS (the flows setting) to the module attribute that defines its flow "
-        f"and relaunch the app, or {verb} it where its flow is registered."
+    return f"Run {short_id(run_id)} was not {done} here: {exc}. Nothing changed. " + (
+        register_advice(verb)
     )

@@ -33,7 +33,7 @@ from desktop_app.app.widgets.run_summary import damaged_keys
 from desktop_app.app.widgets.run_tables import short_wait_id
 from desktop_app.cli.output import Hints
 from desktop_app.cli.waits import answer_choices
-from desktop_app.errors import CheckpointDecodeError, FlowdeskError
+from desktop_app.errors import CheckpointDecodeError, FlowdeskError, UnknownFlowError
 from desktop_app.flow import CompiledFlow
 from desktop_app.flow.clock import reading
 from desktop_app.store.protocol import RunRecord, Wait
@@ -112,6 +112,22 @@ def how_to_deliver(hints: Hints, wait: Wait) -> str:
     return "It goes on by itself when the timer is due."
 
 
+def register_advice(verb: str) -> str:
+    """What makes a run's flow known to the app, so that it can ``verb``
+    (``answer``, ``resume``) the run."""
+    return (
+        "Set FLOWDESK_FLOWS (the flows setting) to the module attribute that defines its flow "
+        f"and relaunch the app, or {verb} it where its flow is registered."
+    )
+
+
+def unanswerable_here(run_id: str, exc: UnknownFlowError) -> str:
+    """What the answer dialog says as it opens on run ``run_id`` whose flow
+    the app does not register (``exc``, from the engine): no answer can be
+    sent from here, and what makes the flow known."""
+    return f"Run {short_id(run_id)} cannot be answered here: {exc}. {register_advice('answer')}"
+
+
 #: rows of the answer dialog that are not its scrolling body: border and
 #: padding (4), the buttons' margin and height (4), the footer (1)
 FRAME_ROWS = 9
@@ -152,6 +168,9 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.choices: dict[str, list[str]] = {}
         #: why the last read of the waits failed (``None``: it did not)
         self.read_error: str | None = None
+        #: why no answer can be sent from here: the run's flow is not
+        #: registered in the app (``None``: it is, or the database is not open)
+        self.unregistered: str | None = None
 
     @property
     def flowdesk(self) -> Host:
@@ -207,6 +226,7 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         self.query_one("#body").styles.max_height = max(3, height - FRAME_ROWS)
 
     def on_mount(self) -> None:
+        self.unregistered = self._unregistered()
         self._fit(self.app.size.height)
         self.flowdesk.plans_shown.add(self.run.run_id)  # its plan is on screen here
         table = self.query_one("#waits", DataTable)
@@ -293,6 +313,18 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             table.move_cursor(row=ids.index(keep) if keep in ids else first_input)
         self._selected_changed()
 
+    def _unregistered(self) -> str | None:
+        """Why no answer to this run can be sent from the app (its flow is
+        not registered here, so the engine refuses any answer), or ``None``."""
+        engine = self.flowdesk.engine
+        if engine is None:
+            return None
+        try:
+            engine.flow(self.run.flow_name)
+        except UnknownFlowError as exc:
+            return unanswerable_here(self.run.run_id, exc)
+        return None
+
     def _now(self) -> float:
         engine = self.flowdesk.engine
         return reading(engine.clock) if engine is not None else 0.0
@@ -352,6 +384,8 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
             only = self.choices_of(wait)
             if only and set(only) != {YES, NO}:  # yes/no: the buttons say it
                 parts += [("\nAnswers: ", "bold"), ", ".join(only)]
+            if self.unregistered is not None:  # said now, not after an answer is typed
+                parts += ["\n\n", (self.unregistered, "bold")]
             prompt.update(Text.assemble(*parts))
         else:
             prompt.update(
@@ -368,15 +402,20 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         answer = self.query_one("#answer", Input)
         # only a question shows the answer's field and buttons (a signal
         # wait's Yes and No were shown greyed, as if they could be pressed);
-        # a signal wait offers the app's signal form instead, prefilled
+        # a signal wait offers the app's signal form instead, prefilled; a
+        # question of a flow the app does not register shows none (no answer
+        # typed here could be sent: the dialog says why and what to set)
+        sendable = answerable and self.unregistered is None
         for control in (answer, *self.query("#as-json, #send, #answer-yes, #answer-no")):
-            control.disabled = not answerable or self.sending
-            control.display = answerable
+            control.disabled = not sendable or self.sending
+            control.display = sendable
         send_signal = self.query_one("#send-signal", Button)
         send_signal.display = wait is not None and wait.kind == "signal"
         if send_signal.display:  # enter opens the signal form
             send_signal.focus()
-        if answerable and not self.sending:
+        elif answerable and not sendable:  # enter closes
+            self.query_one("#close", Button).focus()
+        if sendable and not self.sending:
             # a yes/no question: Yes has focus (enter approves); else the text
             # field. Never Yes once an answer to this wait was refused, or
             # while the field holds text: a typed "nope" refused, then enter
@@ -513,6 +552,9 @@ class AnswerScreen(ModalScreen[tuple[str, str] | None]):
         """Send ``value`` to the selected input wait (in the app's worker)."""
         wait = self.selected
         if self.sending or wait is None or wait.kind != "input":
+            return
+        if self.unregistered is not None:  # the engine would refuse it (said as it opened)
+            self._show_error(self.unregistered)
             return
         if self.on_sending is not None:
             self.on_sending((self.run.run_id, wait.wait_id))

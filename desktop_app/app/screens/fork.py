@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Label, Static, TextArea
 
 from desktop_app.app.screens.help import HELP_BINDING
+from desktop_app.app.screens.type_ahead import TypeAhead
 from desktop_app.app.state_diff import changed_fields
 from desktop_app.app.widgets.bars import Footer
 
@@ -97,8 +98,17 @@ def prepare_fork(text: str, original: Mapping[str, Any], model: type[BaseModel])
     return {name: getattr(state, name) for name in changed}
 
 
-class ForkScreen(ModalScreen[dict[str, Any] | None]):
-    """Edit a checkpoint's state; dismiss with the changed fields, or ``None``."""
+class ForkScreen(TypeAhead, ModalScreen[dict[str, Any] | None]):
+    """Edit a checkpoint's state; dismiss with the changed fields, or ``None``.
+
+    The editor has the focus from the moment the dialog is composed (not
+    after a later focus call), and what is typed with the ``f`` that opens it
+    (one read of the terminal), or before the editor took the focus, goes
+    into the editor (:class:`TypeAhead`): those keys were lost, and ``p`` or
+    ``u`` among them acted on the run's detail behind the dialog.
+    """
+
+    AUTO_FOCUS = "#editor"
 
     BINDINGS = [
         Binding("ctrl+s", "submit", "Fork"),
@@ -134,9 +144,6 @@ class ForkScreen(ModalScreen[dict[str, Any] | None]):
                 yield Button("Fork", variant="primary", id="fork")
                 yield Button("Cancel", id="cancel")
         yield Footer(show_command_palette=False)
-
-    def on_mount(self) -> None:
-        self.query_one("#editor", TextArea).focus()
 
     @property
     def editor(self) -> TextArea:

@@ -1,4 +1,5 @@
-"""Keys typed before a form's field has the focus reach that field.
+"""Keys typed before a form's field (or the fork dialog's editor) has the
+focus reach that field.
 
 Textual delivers a key to the focused widget, or to the screen when none
 is focused yet. A person who presses ``n`` and types a folder at once (or
@@ -21,7 +22,10 @@ import weakref
 from textual import events
 from textual.app import App
 from textual.screen import Screen
-from textual.widgets import Input, Select
+from textual.widgets import Input, Select, TextArea
+
+#: the fields typing goes into
+Field = Input | TextArea
 
 
 class TypeAhead:
@@ -30,7 +34,8 @@ class TypeAhead:
     focused or a closed selector is (a flow just picked: the person types
     its first input next).
 
-    A key typed into a focused :class:`~textual.widgets.Input` never gets
+    A key typed into a focused :class:`~textual.widgets.Input` (or
+    :class:`~textual.widgets.TextArea`: the fork dialog's editor) never gets
     here (the field stops it); one that does was queued for the screen
     before a field took the focus. An open selector searches its options
     with the keys (they never get here); a focused button is left alone.
@@ -45,7 +50,7 @@ class TypeAhead:
             return
         screen = self._form()
         focused = screen.focused
-        if focused is not None and not isinstance(focused, Input | Select):
+        if focused is not None and not isinstance(focused, Input | TextArea | Select):
             return  # a button, say: not typing
         event.stop()
         event.prevent_default()
@@ -56,12 +61,20 @@ class TypeAhead:
         """Put the characters held so far into the field meant (call it
         once a rebuilt form's fields are mounted)."""
         screen = self._form()
-        target = screen.focused
-        if not isinstance(target, Input):
-            target = next(iter(screen.query(Input)), None)
+        focused = screen.focused
+        target = focused if isinstance(focused, Field) else None
+        if target is None:
+            fields = screen.query("Input, TextArea")
+            target = next((f for f in fields if isinstance(f, Field)), None)
         if target is None or not self._typed_ahead or not self.fields_ready():
             return  # no field yet: held until the form has one
         text, self._typed_ahead = self._typed_ahead, ""
+        if isinstance(target, TextArea):
+            start, end = target.selection  # as a key typed into it: over what is selected
+            target.replace(text, start, end)
+            if not target.has_focus:
+                screen.set_focus(target)
+            return
         target.insert_text_at_cursor(text)
         if not target.has_focus:
             # Textual's Input selects its text when it takes the focus, and

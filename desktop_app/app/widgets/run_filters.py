@@ -20,10 +20,12 @@ query, like an unfiltered one. A short run id (a prefix of at least
 ``run_id_prefix``: a range read of the index on the run id, among every run
 of the scope however many there are.
 
-Status ``interrupted`` is no stored status but the one the table shows
-(:func:`desktop_app.runs_view.display_status`): it reads the ``pending`` and
-``running`` runs (within the newest :data:`INTERRUPTED_WINDOW`) and keeps those
-no live process executes.
+Statuses ``interrupted`` and ``moved`` are no stored statuses but ones the
+table shows (:func:`desktop_app.runs_view.display_status`), as ``flowdesk
+runs --status`` takes them: ``interrupted`` reads the ``pending`` and
+``running`` runs, ``moved`` the runs that have not ended (those ``flowdesk db
+copy`` moved to PostgreSQL), each within the newest :data:`SHOWN_WINDOW`, and
+keeps those shown with that status.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Select
 
 from desktop_app.integrations.langgraph.threads import Thread, list_threads
-from desktop_app.runs_view import INTERRUPTED, agent_status_as_flow, display_status
+from desktop_app.runs_view import ENDED, INTERRUPTED, MOVED, agent_status_as_flow, display_status
 from desktop_app.store.protocol import (
     RUN_STATUSES,
     CheckpointStore,
@@ -51,10 +53,15 @@ from desktop_app.store.protocol import (
 from desktop_app.store.records import AgentRun
 
 RunKindFilter = Literal["flow", "agent", "langgraph"]
-#: a status the filter offers: a stored one, or ``interrupted`` (as shown)
-StatusFilter = RunStatus | Literal["interrupted"]
+#: a status the filter offers: a stored one, or ``interrupted`` or ``moved`` (as shown)
+StatusFilter = RunStatus | Literal["interrupted", "moved"]
+#: the statuses only shown, never stored -> the stored statuses a run shown so may have
+SHOWN_ONLY: dict[str, tuple[RunStatus, ...]] = {
+    INTERRUPTED: ("pending", "running"),
+    MOVED: tuple(s for s in RUN_STATUSES if s not in ENDED),
+}
 #: what the status select offers
-STATUSES: tuple[str, ...] = (*RUN_STATUSES, INTERRUPTED)
+STATUSES: tuple[str, ...] = (*RUN_STATUSES, *SHOWN_ONLY)
 #: what the kind select offers
 KINDS: tuple[RunKindFilter, ...] = ("flow", "agent", "langgraph")
 
@@ -69,9 +76,9 @@ class AgentLister(Protocol):
 TYPING_S = 0.3
 #: Fewest characters of a run id the search takes as a prefix.
 MIN_PREFIX = 4
-#: Newest pending or running runs (after the other filters) read for status
-#: ``interrupted`` (no stored status: each is checked for a live process).
-INTERRUPTED_WINDOW = 20_000
+#: Newest runs (after the other filters) read for status ``interrupted`` or
+#: ``moved`` (no stored status: each is judged as the table shows it).
+SHOWN_WINDOW = 20_000
 
 
 def is_id_prefix(text: str) -> bool:
@@ -134,14 +141,14 @@ class RunFilter:
         run_id_prefix: str | None = None,
     ) -> list[RunRecord]:
         """One bounded ``list_runs`` (newest first) with every filter but the
-        search text (``interrupted``: see the module's docstring)."""
-        if self.status == INTERRUPTED:
+        search text (``interrupted`` and ``moved``: see the module's docstring)."""
+        if self.status in SHOWN_ONLY:
             now = store.now()
             window = replace(self, status=None)._list(
-                store, ("pending", "running"), INTERRUPTED_WINDOW, 0, flow_key, run_id_prefix
+                store, SHOWN_ONLY[self.status], SHOWN_WINDOW, 0, flow_key, run_id_prefix
             )
-            held = [r for r in window if display_status(r, now) == INTERRUPTED]
-            return held[offset : offset + limit]
+            shown = [r for r in window if display_status(r, now) == self.status]
+            return shown[offset : offset + limit]
         statuses = None if self.status is None else (cast(RunStatus, self.status),)
         return self._list(store, statuses, limit, offset, flow_key, run_id_prefix)
 
@@ -185,13 +192,15 @@ class RunFilter:
 
     def threads(self, store: CheckpointStore) -> list[Thread]:
         """LangGraph threads passing the filters (their ExecutionContext ids
-        for tenant and session; ``graph`` as their flow), any order."""
+        for tenant and session; ``graph`` as their flow; their status as the
+        table shows it), any order."""
         if self.kind not in (None, "langgraph") or self.flow not in (None, "graph"):
             return []
+        now = time.time()
         return [
             t
             for t in list_threads(store, store.scope)
-            if (self.status is None or t.status == self.status)
+            if (self.status is None or self._status_is(t.status, t, now))
             and (not self.tenant or t.context.get("tenant_id") == self.tenant)
             and (not self.session or t.context.get("session_id") == self.session)
             and (
@@ -222,10 +231,10 @@ class RunFilter:
             )
         ]
 
-    def _status_is(self, status: str, run: RunRecord | AgentRun, now: float) -> bool:
+    def _status_is(self, status: str, run: RunRecord | AgentRun | Thread, now: float) -> bool:
         """Whether ``run`` (``status`` in the flow vocabulary) has the status wanted."""
-        if self.status == INTERRUPTED:
-            return display_status(run, now) == INTERRUPTED
+        if self.status in SHOWN_ONLY:
+            return display_status(run, now) == self.status
         return status == self.status
 
     def matches(self, run: RunRecord) -> bool:
