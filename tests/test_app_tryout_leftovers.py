@@ -38,6 +38,7 @@ from tests.test_unregistered_flow_hints import bare, start
 SIZE = (160, 40)
 
 
+@pytest.mark.scenario("S131")
 @pytest.mark.slow
 @pytest.mark.postgres
 async def test_the_status_filter_lists_exactly_the_runs_shown_moved(
@@ -128,6 +129,7 @@ async def test_the_fork_editor_has_the_focus_and_takes_what_is_typed_with_f(
     assert list(stored(tmp_path / "t.db")) == [run_id]  # nothing replayed or forked
 
 
+@pytest.mark.scenario("S132")
 async def test_the_answer_dialog_of_an_unregistered_flow_says_so_as_it_opens(
     tmp_path: Path,
 ) -> None:
