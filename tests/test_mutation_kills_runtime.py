@@ -814,6 +814,20 @@ Agent("helper", ScriptedModel([ProviderError("bad", status=400)]), store).ask("q
 Agent("helper", ScriptedModel([{"tool": "ask_user", "args": {"question": "?"}}]), store).ask(
     "q", context=ctx
 )
+
+@tool
+def steal(q: str) -> str:
+    "Another host takes the run's lease while this runs."
+    (run,) = store.list(agent="thief")
+    holder = store.get(run.run_id).lease_owner
+    store.claim(run.run_id, "other-host", 1e12, float("inf"), takes_over=holder)
+    return "x"
+
+thief = ScriptedModel([{"tool": "steal", "args": {"q": "a"}}, "ok"])
+try:  # the call's result cannot be saved: its span says nothing was reused
+    Agent("thief", thief, store, [steal]).ask("q", context=ctx)
+except Exception as exc:
+    print(type(exc).__name__, file=sys.stderr)
 out = []
 for s in exporter.get_finished_spans():
     out.append({
@@ -862,6 +876,9 @@ def test_agent_spans_name_the_run_its_tools_and_how_it_ended(db_path):
     # the tool ran once (the second call reused its result), inside its span
     (inside,) = [s for s in spans if s["name"] == "inside a"]
     assert inside["parent"] == tools[0]["span_id"]
+    # a call whose result could not be saved (its lease was taken): not reused
+    (stolen,) = [s for s in spans if s["name"] == "execute_tool steal"]
+    assert stolen["attributes"]["flowdesk.tool.reused"] is False
     for t in tools:
         assert t["parent"] == runs[0]["span_id"]
         assert t["attributes"]["gen_ai.operation.name"] == "execute_tool"
