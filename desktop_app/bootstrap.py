@@ -677,18 +677,21 @@ def inspect_database(settings: Settings) -> dict[str, Any]:
     }
 
 
-#: runs whose row names an older revision than their newest checkpoint
+#: runs not ended whose row names an older revision than their newest checkpoint
 _RUNS_BEHIND = (
     "SELECT r.run_id, r.revision, m.top FROM runs r JOIN "
     "(SELECT run_id, max(revision) AS top FROM checkpoints GROUP BY run_id) m "
-    "ON m.run_id = r.run_id WHERE m.top > r.revision ORDER BY r.run_id"
+    "ON m.run_id = r.run_id WHERE m.top > r.revision "
+    "AND r.status IN ('pending', 'running', 'waiting', 'failed') "
+    "ORDER BY r.created_at, r.run_id"
 )
 
 
 def runs_behind(conn: Any) -> list[tuple[str, int, int]]:
-    """Runs whose record (``runs.revision``) is older than their newest
-    checkpoint: ``(run_id, record's revision, newest checkpoint's)``. Flowdesk
-    moves both in one transaction, so only a change made outside it leaves
-    one: every command then reads the older checkpoint, and a save meets the
-    newer one (``RevisionConflictError``)."""
+    """Runs not ended whose record (``runs.revision``) is older than their
+    newest checkpoint, oldest run first: ``(run_id, record's revision, newest
+    checkpoint's)``. Flowdesk moves both in one transaction, so only a change
+    made outside it leaves one: every command then reads the older
+    checkpoint, and a save meets the newer one (``RevisionConflictError``);
+    ``cancel`` ends such a run without a save (an ended one is not listed)."""
     return [(str(r), int(a), int(b)) for r, a, b in conn.execute(_RUNS_BEHIND)]

@@ -4,7 +4,8 @@ registered in subprocesses through ``FLOWDESK_FLOWS``.
 ``paid_notify``: waits for signal ``paid`` keyed by the order, then queues
 one ``http`` side effect (a program's own destination: no ``flowdesk``
 process delivers it). ``paid_only``: the same wait, and no side effect;
-``asked_only``: one question. ``pruned``: see below.
+``asked_only``: one question; ``asked_notify``: one question, then a side
+effect. ``pruned``: see below.
 """
 
 from __future__ import annotations
@@ -55,6 +56,23 @@ asked_only = (
 )
 
 
+def notify_asked(state: Asked, ctx: Any) -> dict[str, Any]:
+    ctx.send("http", {"key": state.key})
+    return {}
+
+
+#: ``asked_notify``: one question, then a step queues an ``http`` side
+#: effect: an answer completes it, kept until the post is delivered
+asked_notify = (
+    FlowBuilder("asked_notify", Asked, delete_on_success=True)
+    .await_input("approve", "ok", prompt="OK?")
+    .step("notify", notify_asked)
+    .chain("approve", "notify")
+    .finish("notify")
+    .compile()
+)
+
+
 class Count(BaseModel):
     n: int = 0
 
@@ -83,5 +101,6 @@ pruned = (
 
 FLOWS_ENV = (
     '["tests.delete_flows:paid_notify", "tests.delete_flows:paid_only", '
-    '"tests.delete_flows:asked_only", "tests.delete_flows:pruned"]'
+    '"tests.delete_flows:asked_only", "tests.delete_flows:pruned", '
+    '"tests.delete_flows:asked_notify"]'
 )

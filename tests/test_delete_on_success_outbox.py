@@ -107,6 +107,23 @@ def test_a_run_with_no_side_effect_is_deleted_as_it_completes(store) -> None:
 
 
 @pytest.mark.scenario("S125")
+def test_an_answer_that_completes_a_kept_run_says_so(tmp_path) -> None:
+    db = tmp_path / "f.db"
+    assert flowdesk(db, "db", "apply").returncode == 0
+    started = flowdesk(db, "start", "asked_notify", "--input", '{"key": "a1"}', env=ENV)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.split()[0]
+    answered = flowdesk(db, "answer", run_id, "yes", env=ENV)
+    assert answered.returncode == 0, answered.stderr
+    assert f"run {run_id} completed" in answered.stdout
+    assert (
+        f"run {run_id} is kept until its side effects are delivered (1 side effect queued), "
+        "then deleted by the next pass" in answered.stdout
+    ), answered.stdout
+    assert "flowdesk does not deliver" in answered.stdout  # its program's own destination
+
+
+@pytest.mark.scenario("S125")
 @pytest.mark.parametrize("flow", ["paid_notify", "paid_only"])
 def test_signal_says_it_completed_a_run_deleted_on_success(tmp_path, flow: str) -> None:
     from desktop_app.store.sqlite.store import open_store
@@ -126,7 +143,8 @@ def test_signal_says_it_completed_a_run_deleted_on_success(tmp_path, flow: str) 
     # kept, and said so: a deleting flow's run stays until its post is made
     assert (
         f"run {run_id} is kept until its side effects are delivered (1 side effect queued), "
-        "then deleted" in sent.stdout
+        "then deleted by the next pass of a process that runs its flow (flowdesk agent, the "
+        "app)" in sent.stdout
     ), sent
     # the post goes to the program's own destination: flowdesk does not deliver it
     assert "'http'" in sent.stdout and "flowdesk does not deliver" in sent.stdout, sent

@@ -40,7 +40,7 @@ def test_a_run_record_set_back_is_named_by_doctor_with_a_replay_that_works(tmp_p
     db = tmp_path / "f.db"
     run_id = _waiting_run(db)
     healthy = flowdesk(db, "doctor", env=ENV)
-    assert re.search(r"ok\s+run records\s+each at its newest checkpoint", healthy.stdout)
+    assert re.search(r"ok\s+run records\s+no run's record is behind", healthy.stdout)
     _set_back(db, run_id)
 
     resumed = flowdesk(db, "resume", run_id, env=ENV)
@@ -56,6 +56,8 @@ def test_a_run_record_set_back_is_named_by_doctor_with_a_replay_that_works(tmp_p
     assert f"run {run_id}: record at revision 0, newest checkpoint 1" in line
     replay = re.search(r"`(flowdesk [^`]*replay [^`]*)`", line)
     assert replay and replay.group(1).endswith(f"replay {run_id}:1"), line
+    cancel = re.search(r"`(flowdesk [^`]*cancel [^`]*)`", line)
+    assert cancel and cancel.group(1).endswith(f"cancel {run_id}"), line
 
     again = as_printed(replay.group(1), {**os.environ, **ENV}, timeout=60)
     assert again.returncode == 0, again.stderr
@@ -64,6 +66,16 @@ def test_a_run_record_set_back_is_named_by_doctor_with_a_replay_that_works(tmp_p
     # the new run went on from the newest checkpoint: it waits for the question
     shown = flowdesk(db, "show", new_id, env=ENV)
     assert "status waiting" in shown.stdout, shown.stdout
+
+    # the old run ends as printed (it met "saved by another writer" before),
+    # without a save: then doctor lists it no more
+    ended = as_printed(cancel.group(1), {**os.environ, **ENV}, timeout=60)
+    assert ended.returncode == 0, ended.stderr
+    shown = flowdesk(db, "show", run_id, env=ENV)
+    assert "status canceled" in shown.stdout, shown.stdout
+    assert "its record was at revision 0, below its newest checkpoint 1" in shown.stdout
+    after = flowdesk(db, "doctor", env=ENV)
+    assert re.search(r"ok\s+run records", after.stdout), after.stdout
 
 
 @pytest.mark.parametrize("n", [7])
@@ -77,6 +89,8 @@ def test_doctor_names_the_first_runs_behind_and_counts_the_rest(tmp_path, n: int
         _set_back(db, run_id)
     doctor = flowdesk(db, "doctor", env=ENV)
     line = next(ln for ln in doctor.stdout.splitlines() if "run records" in ln)
-    assert f"{n} runs behind their checkpoints" in line
-    assert line.count("replay ") == 5
-    assert "and 2 more runs" in line
+    assert f"{n} runs not ended behind their checkpoints" in line
+    assert line.count(" replay ") == 5 and line.count(" cancel ") == 5
+    # oldest first, the rest listed as these end
+    assert [m for m in re.findall(r"run (\w{32}): record", line)] == ids[:5]
+    assert "and 2 more runs (listed here as these end)" in line

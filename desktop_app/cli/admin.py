@@ -336,22 +336,24 @@ def _say_runs_behind(ctx: Ctx, line: Any, behind: list[tuple[str, int, int]]) ->
     newest checkpoint (:func:`desktop_app.bootstrap.runs_behind`), each with
     the replay that goes on from that checkpoint as a new run."""
     if not behind:
-        line(True, "run records", "each at its newest checkpoint")
+        line(True, "run records", "no run's record is behind its checkpoints")
         return
     each = "; ".join(
-        f"run {run_id}: record at revision {rev}, newest checkpoint {top} "
-        f"(go on from it as a new run: `{ctx.hints.cmd(f'replay {run_id}:{top}')}`)"
+        f"run {run_id}: record at revision {rev}, newest checkpoint {top} (go on from it as "
+        f"a new run: `{ctx.hints.cmd(f'replay {run_id}:{top}')}`, then end this one: "
+        f"`{ctx.hints.cmd(f'cancel {run_id}')}`)"
         for run_id, rev, top in behind[:BEHIND_SHOWN]
     )
     more = len(behind) - BEHIND_SHOWN
     line(
         False,
         "run records",
-        f"{plural(len(behind), 'run')} behind {'its' if len(behind) == 1 else 'their'} "
-        "checkpoints, changed outside Flowdesk: commands read an older checkpoint and "
-        "cannot save (another writer saved first, they say). Restore the file from a backup "
-        f"(stop every Flowdesk process using it first), or replay: {each}"
-        + (f"; and {plural(more, 'more run')}" if more > 0 else ""),
+        f"{plural(len(behind), 'run')} not ended behind "
+        f"{'its' if len(behind) == 1 else 'their'} checkpoints, changed outside Flowdesk: "
+        "commands read an older checkpoint and cannot save (another writer saved first, "
+        "they say). Restore the file from a backup (stop every Flowdesk process using it "
+        f"first), or, oldest first: {each}"
+        + (f"; and {plural(more, 'more run')} (listed here as these end)" if more > 0 else ""),
     )
 
 

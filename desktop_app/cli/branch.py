@@ -201,7 +201,7 @@ def _branch(ctx: Ctx, fork: bool) -> int:
         )
     except ValidationError as exc:  # validated before the new run exists
         raise InputError(f"--changes do not fit the run's state: {fit_problems(exc)}") from exc
-    return report_result(ctx, result)
+    return report_result(ctx, result, sv)
 
 
 def cmd_replay(ctx: Ctx) -> int:

@@ -1521,7 +1521,7 @@ def cmd_resume(ctx: Ctx) -> int:
 
         note_if_completed(ctx, sv, result.run_id)
         raise
-    return report_result(ctx, result)
+    return report_result(ctx, result, sv)
 
 
 def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
@@ -1585,7 +1585,7 @@ def _resume_onto_current(ctx: Ctx, sv: Services, ref: Any) -> int:
             f"`{ctx.hints.cmd(f'cancel {rid}')}`"
         ) from exc
     _deliver(engine)
-    return report_result(ctx, result)
+    return report_result(ctx, result, sv)
 
 
 def _say_state_moved(sv: Services, model: Any, rid: str, version: str) -> None:

@@ -210,15 +210,19 @@ def cannot_continue(error: str | None) -> bool:
     return error is not None and f"{RunCannotContinueError.__name__}: " in error
 
 
-def report_result(ctx: Ctx, result: Any) -> int:
+def report_result(ctx: Ctx, result: Any, sv: Any = None) -> int:
     """Print a run's outcome and hints that work as printed (``resume`` for a
     failed run; ``show``, and ``replay`` from its start, for a timed-out run,
-    which cannot be resumed); the exit code: 1 failed, timed out or canceled
-    (by `cancel` or `--new` from another process while this one executed it:
-    a script must not take the run for a success), else 0."""
+    which cannot be resumed; with ``sv``, the services that ran it, that a
+    completed run is kept until its side effects are delivered, when its
+    flow deletes completed runs); the exit code: 1 failed, timed out or
+    canceled (by `cancel` or `--new` from another process while this one
+    executed it: a script must not take the run for a success), else 0."""
     print(f"run {result.run_id} {result.status}")
     if result.status == "completed" and getattr(result.state, "report_path", None):
         print(f"report: {result.state.report_path}")
+    if result.status == "completed" and sv is not None:
+        say_kept(ctx, sv, result.run_id)
     return report_hints(ctx, result.run_id, result.status, result.error)
 
 
@@ -265,7 +269,7 @@ def cmd_run(ctx: Ctx) -> int:
                 "FLOWDESK_MODEL__MODEL"
             )
         sv.engine.register(digest_with_model(sv.settings, sv.agents))
-    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key, new=a.new))
+    return report_result(ctx, _run_or_resume(ctx, sv, a.flow, given, key, new=a.new), sv)
 
 
 def cmd_start(ctx: Ctx) -> int:
@@ -297,7 +301,7 @@ def cmd_start(ctx: Ctx) -> int:
         result = _run_or_resume(ctx, sv, a.flow, given, key, new=a.new)
     except ValidationError as exc:
         raise InputError(f"--input does not fit flow {a.flow!r}: {fit_problems(exc)}") from exc
-    return report_result(ctx, result)
+    return report_result(ctx, result, sv)
 
 
 def _answer_command(ctx: Ctx, run_id: str, wait_id: str | None) -> str:
@@ -386,6 +390,8 @@ def cmd_answer(ctx: Ctx) -> int:
         note_if_completed(ctx, sv, result.run_id)
         raise
     print(f"run {result.run_id} {result.status}")
+    if result.status == "completed":
+        say_kept(ctx, sv, result.run_id)
     if delivered:
         print(f"{plural(delivered, 'outbox intent')} delivered")
     if run.flow_name == "tidy" and result.status != "waiting":
@@ -586,6 +592,16 @@ def cmd_signal(ctx: Ctx) -> int:
     return code
 
 
+def say_kept(ctx: Ctx, sv: Any, run_id: str) -> None:
+    """:func:`_say_kept` for the completed run ``run_id`` (nothing when it
+    was deleted as it completed)."""
+    try:
+        run = sv.checkpoints.get_run(run_id)
+    except CheckpointNotFoundError:
+        return
+    _say_kept(ctx, sv, run)
+
+
 def _say_kept(ctx: Ctx, sv: Any, run: Any) -> None:
     """A completed run whose flow deletes the runs that complete is kept
     while side effects it queued are not delivered (``flow.outbox``'s
@@ -600,7 +616,8 @@ def _say_kept(ctx: Ctx, sv: Any, run: Any) -> None:
         return
     print(
         f"its flow deletes the runs that complete: run {run.run_id} is kept until its side "
-        f"effects are delivered ({queued_text(run.flow_name, len(unsent))}), then deleted"
+        f"effects are delivered ({queued_text(run.flow_name, len(unsent))}), then deleted "
+        "by the next pass of a process that runs its flow (flowdesk agent, the app)"
     )
     for line in delivery_lines(ctx, run, unsent):
         print(line)

@@ -31,6 +31,7 @@ from desktop_app.errors import (
     FlowDefinitionError,
     FlowdeskError,
     FlowVersionMismatchError,
+    RevisionConflictError,
     RunLeasedError,
     RunStateError,
     SignalPayloadError,
@@ -1500,13 +1501,27 @@ class Engine:
                 presumed_dead=claimant_is_gone,
                 presumed_alive=claimant_is_alive,
             )[1]
-        except CheckpointCorruptError as exc:
+        except (CheckpointCorruptError, RevisionConflictError) as exc:
             end = getattr(self.store, "end_unreadable", None)
-            if end is None or exc.run_id != run_id:
-                raise
-            # the latest checkpoint cannot be read: end the run without
-            # reading it (no checkpoint appended), the damage named
-            why = f"{reason}; its checkpoint revision {exc.revision} is damaged"
+            if isinstance(exc, CheckpointCorruptError):
+                if end is None or exc.run_id != run_id:
+                    raise
+                # the latest checkpoint cannot be read: end the run without
+                # reading it (no checkpoint appended), the damage named
+                why = f"{reason}; its checkpoint revision {exc.revision} is damaged"
+            else:
+                if end is None or type(exc) is not RevisionConflictError:
+                    raise  # a lease lost: another process holds the run
+                behind = self._record_behind(run_id)
+                if behind is None:
+                    raise  # another writer saved first: a real conflict
+                # its record was set back below its newest checkpoint outside
+                # Flowdesk: every append meets that checkpoint; end it as a
+                # damaged one, without appending
+                why = (
+                    f"{reason}; its record was at revision {behind[0]}, below its newest "
+                    f"checkpoint {behind[1]} (changed outside Flowdesk)"
+                )
             if withdraw is None:
                 end(run_id, status, why, now)
                 return Withdrawal([], [])
@@ -1523,6 +1538,14 @@ class Engine:
                 presumed_alive=claimant_is_alive,
             )[1]
             return done
+
+    def _record_behind(self, run_id: str) -> tuple[int, int] | None:
+        """``(record's revision, newest checkpoint's)`` when run ``run_id``'s
+        record is older than its newest checkpoint (set back outside
+        Flowdesk, which moves both in one transaction), else ``None``."""
+        record = self.store.get_run(run_id).revision
+        newest = max((i.revision for i in self.store.history(run_id)), default=record)
+        return (record, newest) if newest > record else None
 
     # -- upgrades ----------------------------------------------------------
 
