@@ -255,16 +255,12 @@ def cmd_runs(ctx: Ctx) -> int:
     return EXIT_OK
 
 
-#: stored statuses of a run something still goes on with (its checkpoint is read)
-_GOES_ON = ("pending", "running", "waiting", "failed")
-
-
 def _damaged(sv: Services, row: Mapping[str, Any]) -> bool:
     """Whether the flow run of ``row`` (:func:`flow_row`) has a checkpoint
     that cannot be read (edited, deleted, cut short outside Flowdesk), as
     ``show`` finds it; read only for a run something still goes on with
     (an ended or moved one is not read again)."""
-    if row["stored_status"] not in _GOES_ON or row["status"] == MOVED:
+    if row["stored_status"] in ENDED or row["status"] == MOVED:
         return False
     try:
         sv.checkpoints.latest(row["run_id"])
